@@ -1,0 +1,126 @@
+"""Chip files (`chips/*.yaml`, schema baige-plan/chip/v1) -> ChipSpec.
+
+Every number in a chip file is a *sourced value*::
+
+    bf16: {value: 312, sources: [GKW], estimated: false, note: "...", conditions: "..."}
+
+`sources` must name keys of the file's top-level `sources:` map (citations). `value: null`
+means no public figure exists (unknown); `estimated: true` marks a derived number.
+The full format is documented in docs/CATALOG.md.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from baige_plan.errors import InputError, SpecError
+from baige_plan.io.yamlio import check_keys, expect_schema, get_typed, read_document
+from baige_plan.specs.chip import DTYPES, SCALEUP_KINDS, ChipSpec, EfficiencyCurve
+
+SCHEMA = "baige-plan/chip/v1"
+_SOURCED_KEYS = {"value"}
+_SOURCED_OPT = {"sources", "estimated", "note", "conditions", "unit"}
+
+
+def _sourced(d: dict, key: str, src: str, path: str, cites: dict, required: bool = True) -> float | None:
+    full = f"{path}.{key}"
+    if key not in d:
+        if required:
+            raise InputError(src, full, "required key is missing (use value: null with a note when unknown)")
+        return None
+    item = check_keys(d[key], src, full, {"value"}, _SOURCED_OPT | {"sources"})
+    v = item["value"]
+    if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+        raise InputError(src, f"{full}.value", f"expected a number or null, got {v!r}")
+    _check_sources(item, src, full, cites, need=True)
+    if "estimated" in item and not isinstance(item["estimated"], bool):
+        raise InputError(src, f"{full}.estimated", "must be true or false")
+    return None if v is None else float(v)
+
+
+def _check_sources(item: dict, src: str, path: str, cites: dict, need: bool) -> None:
+    s = item.get("sources")
+    if s is None:
+        if need:
+            raise InputError(src, f"{path}.sources", "every number needs its sources (keys of the top-level 'sources')")
+        return
+    if not isinstance(s, list) or not s:
+        raise InputError(src, f"{path}.sources", "must be a non-empty list of source keys")
+    for key in s:
+        if key not in cites:
+            raise InputError(src, f"{path}.sources", f"unknown source {key!r} (define it under top-level 'sources')")
+
+
+def _curve(d: Any, src: str, path: str, cites: dict) -> EfficiencyCurve:
+    item = check_keys(d, src, path, {"points", "sources"}, {"estimated", "note", "conditions"})
+    _check_sources(item, src, path, cites, need=True)
+    pts = item["points"]
+    if not isinstance(pts, list) or not pts:
+        raise InputError(src, f"{path}.points", "must be a non-empty list of [gemm_flops, efficiency]")
+    out = []
+    for i, p in enumerate(pts):
+        if (not isinstance(p, list) or len(p) != 2
+                or any(isinstance(x, bool) or not isinstance(x, (int, float)) for x in p)):
+            raise InputError(src, f"{path}.points[{i}]", f"expected [gemm_flops, efficiency], got {p!r}")
+        out.append((float(p[0]), float(p[1])))
+    try:
+        return EfficiencyCurve(tuple(out))
+    except SpecError as e:
+        raise InputError(src, f"{path}.{e.field}", e.reason) from None
+
+
+def chip_from_doc(doc: Any, src: str) -> ChipSpec:
+    doc = expect_schema(doc, src, SCHEMA)
+    top = check_keys(doc, src, "", {"schema", "id", "name", "vendor", "family", "sources", "peak_tflops",
+                                    "memory", "scaleup", "scaleout", "measured"},
+                     {"collective_library", "reference_id", "pcie", "notes", "variant", "architecture"})
+    cites = top["sources"]
+    if not isinstance(cites, dict) or not cites:
+        raise InputError(src, "sources", "must map source keys to citations")
+    for k in ("id", "name", "vendor", "family"):
+        get_typed(top, k, src, "", (str,))
+    peaks_d = check_keys(top["peak_tflops"], src, "peak_tflops", set(), set(DTYPES))
+    peaks = {k: _sourced(peaks_d, k, src, "peak_tflops", cites) for k in DTYPES if k in peaks_d}
+    mem = check_keys(top["memory"], src, "memory", {"capacity_GB", "usable_gib", "hbm_GBps"}, {"type"})
+    _sourced(mem, "capacity_GB", src, "memory", cites)
+    su = check_keys(top["scaleup"], src, "scaleup", {"kind", "GBps_per_dir", "devices_per_node"},
+                    {"tech", "p2p_GBps_per_dir"})
+    kind = get_typed(su, "kind", src, "scaleup", (str,))
+    if kind not in SCALEUP_KINDS:
+        raise InputError(src, "scaleup.kind", f"must be one of {', '.join(SCALEUP_KINDS)}, got {kind!r}")
+    dpn = _sourced(su, "devices_per_node", src, "scaleup", cites)
+    so = check_keys(top["scaleout"], src, "scaleout", {"nic_Gbps_per_device"})
+    pcie = check_keys(top.get("pcie") or {}, src, "pcie", set(), {"GBps_per_dir", "gen"})
+    meas = check_keys(top["measured"], src, "measured", {"gemm_efficiency"},
+                      {"hbm_efficiency", "scaleup_efficiency", "nic_efficiency", "scaleup_latency_us",
+                       "nic_latency_us", "observations"})
+    curves_d = check_keys(meas["gemm_efficiency"] or {}, src, "measured.gemm_efficiency", set(), set(DTYPES))
+    curves = {k: _curve(v, src, f"measured.gemm_efficiency.{k}", cites) for k, v in curves_d.items()}
+    su_bw = _sourced(su, "GBps_per_dir", src, "scaleup", cites)
+    p2p = _sourced(su, "p2p_GBps_per_dir", src, "scaleup", cites, required=False)
+    try:
+        return ChipSpec(
+            id=top["id"], name=top["name"], vendor=top["vendor"], family=top["family"],
+            peak_tflops=peaks,
+            memory_gib=_sourced(mem, "usable_gib", src, "memory", cites),
+            hbm_GBps=_sourced(mem, "hbm_GBps", src, "memory", cites),
+            scaleup_GBps=su_bw,
+            scaleup_p2p_GBps=p2p if p2p is not None else su_bw,
+            scaleup_kind=kind,
+            devices_per_node=int(dpn) if dpn is not None else 8,
+            nic_Gbps=_sourced(so, "nic_Gbps_per_device", src, "scaleout", cites),
+            pcie_GBps=_sourced(pcie, "GBps_per_dir", src, "pcie", cites, required=False),
+            gemm_efficiency=curves,
+            hbm_efficiency=_sourced(meas, "hbm_efficiency", src, "measured", cites, required=False),
+            scaleup_efficiency=_sourced(meas, "scaleup_efficiency", src, "measured", cites, required=False),
+            nic_efficiency=_sourced(meas, "nic_efficiency", src, "measured", cites, required=False),
+            scaleup_latency_us=_sourced(meas, "scaleup_latency_us", src, "measured", cites, required=False),
+            nic_latency_us=_sourced(meas, "nic_latency_us", src, "measured", cites, required=False),
+        )
+    except SpecError as e:
+        raise InputError(src, e.field, e.reason) from None
+
+
+def load_chip_file(path: str | Path) -> ChipSpec:
+    return chip_from_doc(read_document(path), str(path))

@@ -1,0 +1,110 @@
+"""Topology files (schema baige-plan/topology/v1) and the cluster shorthand
+`CHIP:NODESxDEVICES[+CHIP:NODESxDEVICES...]` -> ClusterSpec."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from baige_plan.errors import InputError, SpecError
+from baige_plan.io.yamlio import check_keys, expect_schema, get_typed, read_document
+from baige_plan.specs.chip import ChipSpec
+from baige_plan.specs.topology import BridgeSpec, ClusterSpec, GroupSpec
+
+SCHEMA = "baige-plan/topology/v1"
+_SHORT = re.compile(r"^(?P<chip>[A-Za-z0-9_.\-/]+):(?P<nodes>\d+)x(?P<dpn>\d+)$")
+
+# Default bridge for shorthand clusters mixing families (an estimate, see
+# shared/reference/chips_reference_NOTES.md "Cross-vendor / CPU-forwarding bridge": about 12-19 GB/s
+# per accelerator for a host-staged RDMA bridge over 8x200G; we take the low end per node).
+DEFAULT_BRIDGE_GBPS_PER_NODE = 25.0
+DEFAULT_BRIDGE_LATENCY_US = 30.0
+
+ChipResolver = Callable[[str, str, str], ChipSpec]   # (ref, source file, field) -> chip
+
+
+def is_shorthand(text: str) -> bool:
+    return all(_SHORT.match(part.strip()) for part in text.split("+")) and not text.endswith((".yaml", ".yml", ".json"))
+
+
+def cluster_from_shorthand(text: str, resolve_chip: ChipResolver) -> tuple[ClusterSpec, bool]:
+    """Parse shorthand; returns (cluster, default_bridge_added)."""
+    groups = []
+    for i, part in enumerate(text.split("+")):
+        m = _SHORT.match(part.strip())
+        if not m:
+            raise InputError("CLUSTER", f"part {i + 1}", f"{part!r} is not CHIP:NODESxDEVICES")
+        chip = resolve_chip(m["chip"], "CLUSTER", f"part {i + 1}")
+        nodes, dpn = int(m["nodes"]), int(m["dpn"])
+        if nodes == 0 or dpn == 0:
+            raise InputError("CLUSTER", f"part {i + 1}", f"{part!r}: nodes and devices must be positive")
+        name = chip.id if all(g.chip.id != chip.id for g in groups) else f"{chip.id}-{i}"
+        groups.append(GroupSpec(name=name, chip=chip, nodes=nodes, devices_per_node=dpn, chip_ref=m["chip"]))
+    bridges = []
+    for i, a in enumerate(groups):
+        for b in groups[i + 1:]:
+            if a.family != b.family:
+                bridges.append(BridgeSpec((a.name, b.name), "cpu-forwarding",
+                                          DEFAULT_BRIDGE_GBPS_PER_NODE, DEFAULT_BRIDGE_LATENCY_US))
+    try:
+        return ClusterSpec(name=text, groups=tuple(groups), bridges=tuple(bridges)), bool(bridges)
+    except SpecError as e:
+        raise InputError("CLUSTER", e.field, e.reason) from None
+
+
+def cluster_from_dict(d: Any, src: str, resolve_chip: ChipResolver, *, check_schema: bool = True) -> ClusterSpec:
+    if check_schema:
+        d = expect_schema(d, src, SCHEMA)
+    d = check_keys(d, src, "", {"name", "groups"}, {"schema", "bridges", "source", "notes"})
+    name = get_typed(d, "name", src, "", (str,))
+    graw = d["groups"]
+    if not isinstance(graw, list) or not graw:
+        raise InputError(src, "groups", "must be a non-empty list")
+    groups = []
+    for i, g in enumerate(graw):
+        path = f"groups[{i}]"
+        g = check_keys(g, src, path, {"name", "chip", "nodes", "devices_per_node"},
+                       {"scaleup_GBps", "scaleout_Gbps", "notes"})
+        ref = g["chip"]
+        if isinstance(ref, dict):
+            from baige_plan.io.chips import chip_from_doc  # embedded chip (plan files)
+            chip = chip_from_doc(ref, f"{src} ({path}.chip)")
+            chip_ref = chip.id
+        else:
+            chip_ref = get_typed(g, "chip", src, path, (str,))
+            chip = resolve_chip(chip_ref, src, f"{path}.chip")
+        kw = {}
+        for k in ("scaleup_GBps", "scaleout_Gbps"):
+            if g.get(k) is not None:
+                kw[k] = float(get_typed(g, k, src, path, (int, float)))
+        try:
+            groups.append(GroupSpec(name=get_typed(g, "name", src, path, (str,)), chip=chip,
+                                    nodes=get_typed(g, "nodes", src, path, (int,)),
+                                    devices_per_node=get_typed(g, "devices_per_node", src, path, (int,)),
+                                    chip_ref=chip_ref, **kw))
+        except SpecError as e:
+            raise InputError(src, f"{path}.{e.field}", e.reason) from None
+    bridges = []
+    for i, b in enumerate(d.get("bridges") or []):
+        path = f"bridges[{i}]"
+        b = check_keys(b, src, path, {"groups", "kind", "GBps_per_node"}, {"latency_us", "notes"})
+        gs = b["groups"]
+        if not isinstance(gs, list) or len(gs) != 2 or not all(isinstance(x, str) for x in gs):
+            raise InputError(src, f"{path}.groups", f"must list two group names, got {gs!r}")
+        try:
+            bridges.append(BridgeSpec(groups=(gs[0], gs[1]), kind=get_typed(b, "kind", src, path, (str,)),
+                                      GBps_per_node=float(get_typed(b, "GBps_per_node", src, path, (int, float))),
+                                      latency_us=float(get_typed(b, "latency_us", src, path, (int, float),
+                                                                 DEFAULT_BRIDGE_LATENCY_US))))
+        except SpecError as e:
+            raise InputError(src, f"{path}.{e.field}", e.reason) from None
+    try:
+        return ClusterSpec(name=name, groups=tuple(groups), bridges=tuple(bridges))
+    except SpecError as e:
+        raise InputError(src, e.field, e.reason) from None
+
+
+def load_topology_file(path: str | Path, resolve_chip: ChipResolver) -> ClusterSpec:
+    return cluster_from_dict(read_document(path), str(path), resolve_chip)

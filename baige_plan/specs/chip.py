@@ -1,0 +1,123 @@
+"""One row of the AI-efficiency matrix: a chip's peak and measured compute, memory and I/O.
+
+The spec holds plain numbers; provenance (`sources`, `estimated`) stays in the chip file and
+is checked by the loader (io/chips.py). `None` means "no public figure" (unknown); the cost
+model refuses to use an unknown number instead of guessing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from baige_plan.errors import SpecError, require
+
+DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
+SCALEUP_KINDS = ("switch", "mesh", "pcie", "torus")
+
+
+@dataclass(frozen=True)
+class EfficiencyCurve:
+    """Achievable fraction of peak as a function of one GEMM's FLOPs.
+
+    Points (gemm_flops, efficiency) sorted by FLOPs; interpolated linearly in log10(FLOPs),
+    clamped at both ends.
+    """
+
+    points: tuple[tuple[float, float], ...]
+
+    def __post_init__(self) -> None:
+        require(len(self.points) >= 1, "points", "needs at least one (gemm_flops, efficiency) point")
+        prev = 0.0
+        for i, (f, e) in enumerate(self.points):
+            require(f > prev, f"points[{i}]", f"gemm_flops must increase, got {f} after {prev}")
+            require(0.0 < e <= 1.0, f"points[{i}]", f"efficiency must be in (0, 1], got {e}")
+            prev = f
+
+    def at(self, gemm_flops: float) -> float:
+        pts = self.points
+        if gemm_flops <= pts[0][0]:
+            return pts[0][1]
+        if gemm_flops >= pts[-1][0]:
+            return pts[-1][1]
+        x = math.log10(gemm_flops)
+        for (f0, e0), (f1, e1) in zip(pts, pts[1:]):
+            if gemm_flops <= f1:
+                x0, x1 = math.log10(f0), math.log10(f1)
+                return e0 + (e1 - e0) * (x - x0) / (x1 - x0)
+        return pts[-1][1]  # unreachable
+
+    @property
+    def max_efficiency(self) -> float:
+        return max(e for _, e in self.points)
+
+
+@dataclass(frozen=True)
+class ChipSpec:
+    """Numbers the cost model uses. Bandwidths are per device, per direction."""
+
+    id: str
+    name: str
+    vendor: str
+    family: str
+    peak_tflops: dict[str, float | None]
+    memory_gib: float | None            # usable device memory
+    hbm_GBps: float | None
+    scaleup_GBps: float | None          # per device per direction, all links summed
+    scaleup_p2p_GBps: float | None      # one pair of devices (mesh fabrics get a fraction)
+    scaleup_kind: str
+    devices_per_node: int
+    nic_Gbps: float | None              # scale-out NIC per device
+    pcie_GBps: float | None
+    gemm_efficiency: dict[str, EfficiencyCurve] = field(default_factory=dict)
+    hbm_efficiency: float | None = None         # achievable / peak HBM bandwidth
+    scaleup_efficiency: float | None = None     # achievable busbw / scaleup_GBps
+    nic_efficiency: float | None = None         # achievable per-device busbw / NIC line rate
+    scaleup_latency_us: float | None = None     # per collective step
+    nic_latency_us: float | None = None
+
+    def __post_init__(self) -> None:
+        require(bool(self.id), "id", "must be a non-empty string")
+        require(bool(self.family), "family", "must be a non-empty string")
+        for k, v in self.peak_tflops.items():
+            require(k in DTYPES, f"peak_tflops.{k}", f"unknown dtype (known: {', '.join(DTYPES)})")
+            require(v is None or v > 0, f"peak_tflops.{k}", f"must be > 0 or null, got {v}")
+        for name in ("memory_gib", "hbm_GBps", "scaleup_GBps", "scaleup_p2p_GBps", "nic_Gbps", "pcie_GBps",
+                     "scaleup_latency_us", "nic_latency_us"):
+            v = getattr(self, name)
+            require(v is None or v > 0, name, f"must be > 0 or null, got {v}")
+        for name in ("hbm_efficiency", "scaleup_efficiency", "nic_efficiency"):
+            v = getattr(self, name)
+            require(v is None or 0 < v <= 1.2, name, f"must be in (0, 1.2] or null, got {v}")
+        require(self.scaleup_kind in SCALEUP_KINDS, "scaleup.kind",
+                f"must be one of {', '.join(SCALEUP_KINDS)}, got {self.scaleup_kind!r}")
+        require(isinstance(self.devices_per_node, int) and self.devices_per_node > 0,
+                "scaleup.devices_per_node", f"must be a positive integer, got {self.devices_per_node!r}")
+        for k in self.gemm_efficiency:
+            require(k in DTYPES, f"measured.gemm_efficiency.{k}", "unknown dtype")
+
+    # The cost model calls these; each raises a SpecError naming the unknown figure.
+    def need(self, name: str) -> float:
+        v = getattr(self, name)
+        if v is None:
+            raise SpecError(f"chip {self.id}.{name}", "unknown (no public figure in the catalog); "
+                            "supply a chip file with a measured value")
+        return v
+
+    def peak(self, dtype: str) -> float:
+        v = self.peak_tflops.get(dtype)
+        if v is None:
+            raise SpecError(f"chip {self.id}.peak_tflops.{dtype}",
+                            f"unknown or unsupported: {self.id} has no {dtype} peak in the catalog")
+        return v
+
+    def gemm_curve(self, dtype: str) -> EfficiencyCurve:
+        curve = self.gemm_efficiency.get(dtype)
+        if curve is None and dtype == "fp16":
+            curve = self.gemm_efficiency.get("bf16")
+        if curve is None and dtype == "bf16":
+            curve = self.gemm_efficiency.get("fp16")
+        if curve is None:
+            raise SpecError(f"chip {self.id}.measured.gemm_efficiency.{dtype}",
+                            "unknown: no measured GEMM efficiency for this dtype")
+        return curve

@@ -1,0 +1,28 @@
+"""What to train: global batch, sequence length, precision."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from baige_plan.errors import require
+
+PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    global_batch: int
+    seq_len: int
+    precision: str = "bf16"
+
+    def __post_init__(self) -> None:
+        for k in ("global_batch", "seq_len"):
+            v = getattr(self, k)
+            require(isinstance(v, int) and not isinstance(v, bool) and v > 0, k,
+                    f"must be a positive integer, got {v!r}")
+        require(self.precision in PRECISIONS, "precision",
+                f"must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+
+    @property
+    def tokens(self) -> int:
+        return self.global_batch * self.seq_len

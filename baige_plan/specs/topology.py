@@ -1,0 +1,110 @@
+"""Cluster topology: groups of identical nodes, and bridges between chip families."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from baige_plan.errors import SpecError, require
+from baige_plan.specs.chip import ChipSpec
+
+BRIDGE_KINDS = ("cpu-forwarding", "rdma")
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    name: str
+    chip: ChipSpec
+    nodes: int
+    devices_per_node: int
+    scaleup_GBps: float | None = None     # overrides the chip's (per device, per direction)
+    scaleout_Gbps: float | None = None    # overrides the chip's NIC per device
+    chip_ref: str | None = None           # as written in the file (catalog id or path)
+
+    def __post_init__(self) -> None:
+        require(bool(self.name), "name", "must be a non-empty string")
+        for k in ("nodes", "devices_per_node"):
+            v = getattr(self, k)
+            require(isinstance(v, int) and not isinstance(v, bool) and v > 0, k,
+                    f"must be a positive integer, got {v!r}")
+        for k in ("scaleup_GBps", "scaleout_Gbps"):
+            v = getattr(self, k)
+            require(v is None or (isinstance(v, (int, float)) and v > 0), k, f"must be > 0, got {v!r}")
+
+    @property
+    def devices(self) -> int:
+        return self.nodes * self.devices_per_node
+
+    @property
+    def family(self) -> str:
+        return self.chip.family
+
+    @property
+    def scaleup_GBps_eff(self) -> float:
+        """Scale-up bandwidth per device per direction (override, else the chip's)."""
+        if self.scaleup_GBps is not None:
+            return float(self.scaleup_GBps)
+        return self.chip.need("scaleup_GBps")
+
+    @property
+    def nic_GBps(self) -> float:
+        """Scale-out NIC bandwidth per device in GB/s (line rate / 8)."""
+        gbps = self.scaleout_Gbps if self.scaleout_Gbps is not None else self.chip.need("nic_Gbps")
+        return float(gbps) / 8.0
+
+
+@dataclass(frozen=True)
+class BridgeSpec:
+    groups: tuple[str, str]
+    kind: str
+    GBps_per_node: float
+    latency_us: float
+
+    def __post_init__(self) -> None:
+        require(len(self.groups) == 2 and self.groups[0] != self.groups[1], "groups",
+                f"must name two different groups, got {list(self.groups)}")
+        require(self.kind in BRIDGE_KINDS, "kind", f"must be one of {', '.join(BRIDGE_KINDS)}, got {self.kind!r}")
+        require(self.GBps_per_node > 0, "GBps_per_node", f"must be > 0, got {self.GBps_per_node}")
+        require(self.latency_us >= 0, "latency_us", f"must be >= 0, got {self.latency_us}")
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    name: str
+    groups: tuple[GroupSpec, ...]
+    bridges: tuple[BridgeSpec, ...] = ()
+
+    def __post_init__(self) -> None:
+        require(len(self.groups) >= 1, "groups", "needs at least one group")
+        names = [g.name for g in self.groups]
+        for i, n in enumerate(names):
+            if names.index(n) != i:
+                raise SpecError(f"groups[{i}].name", f"duplicate group name {n!r}")
+        for i, b in enumerate(self.bridges):
+            for g in b.groups:
+                require(g in names, f"bridges[{i}].groups", f"unknown group {g!r} (groups: {', '.join(names)})")
+        # Groups of different families can only talk through a bridge (SPEC §4).
+        for i, a in enumerate(self.groups):
+            for b in self.groups[i + 1:]:
+                if a.family != b.family and self.bridge(a.name, b.name) is None:
+                    raise SpecError("bridges", f"groups {a.name!r} ({a.family}) and {b.name!r} ({b.family}) "
+                                    "are different chip families and need a bridge")
+
+    @property
+    def devices(self) -> int:
+        return sum(g.devices for g in self.groups)
+
+    @property
+    def is_heterogeneous(self) -> bool:
+        return len(self.groups) > 1
+
+    def group(self, name: str) -> GroupSpec:
+        for g in self.groups:
+            if g.name == name:
+                return g
+        raise SpecError("group", f"unknown group {name!r}")
+
+    def bridge(self, a: str, b: str) -> BridgeSpec | None:
+        for br in self.bridges:
+            if set(br.groups) == {a, b}:
+                return br
+        return None
