@@ -1,0 +1,259 @@
+"""The built-in chip catalog (chips/*.yaml): loads, is fully sourced, and matches the reference."""
+
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+from baige_plan.errors import InputError
+from baige_plan.io.chips import load_chip_file
+
+REPO = Path(__file__).resolve().parents[1]
+CHIPS_DIR = REPO / "chips"
+REF_PATH = Path(__file__).resolve().parents[2] / "shared/reference/chips_reference.yaml"
+CHIP_FILES = sorted(CHIPS_DIR.glob("*.yaml"))
+
+REQUIRED_IDS = (
+    "v100-sxm2-16g v100-sxm2-32g a100-sxm4-40g a100-sxm4-80g h100-sxm5-80g h800-sxm5-80g "
+    "h200-sxm-141g b200 mi300x gaudi2 ascend-910b kunlun-p800"
+).split()
+FAMILIES = {"nvidia", "amd", "intel-gaudi", "ascend", "kunlun", "cambricon", "tpu", "hygon"}
+
+
+def _raw(path: Path) -> dict:
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def reference() -> dict:
+    if not REF_PATH.is_file():
+        pytest.skip(f"reference data not available at {REF_PATH}")
+    doc = yaml.safe_load(REF_PATH.read_text(encoding="utf-8"))
+    return {row["id"]: row for row in doc["chips"]}
+
+
+# -- every file loads ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path", CHIP_FILES, ids=[p.stem for p in CHIP_FILES])
+def test_chip_file_loads(path: Path) -> None:
+    chip = load_chip_file(path)
+    assert chip.id == path.stem, "file name must be the chip id + .yaml"
+    assert chip.family in FAMILIES
+    assert chip.vendor == chip.vendor.lower()
+    for curve in chip.gemm_efficiency.values():
+        flops = [f for f, _ in curve.points]
+        assert flops == sorted(flops)
+        assert all(0 < e <= 1 for _, e in curve.points)
+
+
+def test_required_ids_exist() -> None:
+    have = {p.stem for p in CHIP_FILES}
+    missing = [i for i in REQUIRED_IDS if i not in have]
+    assert not missing, f"missing chip files: {missing}"
+
+
+# -- every number is sourced -----------------------------------------------------------------
+
+def _walk(node, path: str):
+    """Yield (path, mapping) for every sourced value ({value: ...}) and every curve ({points: ...})."""
+    if isinstance(node, dict):
+        if "value" in node or "points" in node:
+            yield path, node
+        for k, v in node.items():
+            if k != "sources":
+                yield from _walk(v, f"{path}.{k}" if path else str(k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _walk(v, f"{path}[{i}]")
+
+
+@pytest.mark.parametrize("path", CHIP_FILES, ids=[p.stem for p in CHIP_FILES])
+def test_every_value_cites_defined_sources(path: Path) -> None:
+    doc = _raw(path)
+    cites = doc["sources"]
+    assert isinstance(cites, dict) and cites
+    for key, text in cites.items():
+        assert isinstance(text, str) and text.strip(), f"{path.name}: source {key} has no citation text"
+    used: set[str] = set()
+    found = 0
+    for where, item in _walk({k: v for k, v in doc.items() if k != "sources"}, ""):
+        found += 1
+        srcs = item.get("sources")
+        assert isinstance(srcs, list) and srcs, f"{path.name}: {where} has no sources"
+        for s in srcs:
+            assert s in cites, f"{path.name}: {where} cites undefined source {s!r}"
+        used.update(srcs)
+        if "value" in item and not where.startswith("measured.observations"):
+            v = item["value"]
+            assert v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)), \
+                f"{path.name}: {where}.value must be a number or null, got {v!r}"
+            if v is None:
+                assert item.get("note"), f"{path.name}: {where} is null (unknown) but has no note saying why"
+        if "estimated" in item:
+            assert isinstance(item["estimated"], bool)
+    assert found > 10
+    unused = set(cites) - used
+    assert not unused, f"{path.name}: sources defined but never cited: {sorted(unused)}"
+
+
+def test_estimated_values_explain_themselves() -> None:
+    for path in CHIP_FILES:
+        for where, item in _walk(_raw(path), ""):
+            if item.get("estimated"):
+                assert item.get("note"), f"{path.name}: {where} is estimated but has no note"
+
+
+# -- numbers equal the reference -------------------------------------------------------------
+
+def _close(a, b) -> bool:
+    return a is not None and b is not None and math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=1e-9)
+
+
+@pytest.mark.parametrize("path", CHIP_FILES, ids=[p.stem for p in CHIP_FILES])
+def test_reference_id_exists(path: Path, reference: dict) -> None:
+    assert _raw(path)["reference_id"] in reference
+
+
+SPEC_CHECKS = {
+    # chip id: fields compared one to one with the reference row (TB/s -> GB/s x 1000)
+    "a100-sxm4-80g": ("fp32", "tf32", "bf16", "fp16", "hbm", "su", "p2p", "nic", "dpn"),
+    "a100-sxm4-40g": ("fp32", "tf32", "bf16", "fp16", "hbm", "cap", "su", "p2p", "nic", "dpn"),
+    "h100-sxm5-80g": ("fp32", "tf32", "bf16", "fp16", "fp8", "hbm", "cap", "su", "p2p", "nic", "dpn"),
+    "h800-sxm5-80g": ("bf16", "fp8", "hbm", "cap", "su", "p2p", "nic"),
+    "h200-sxm-141g": ("bf16", "fp8", "hbm", "cap", "su", "p2p", "nic", "dpn"),
+    "b200": ("fp32", "tf32", "bf16", "fp16", "fp8", "hbm", "cap", "su", "p2p", "nic", "dpn"),
+    "mi300x": ("fp32", "tf32", "bf16", "fp16", "fp8", "hbm", "cap", "su", "p2p", "nic", "dpn"),
+    "gaudi2": ("bf16", "fp8", "hbm", "cap", "su", "p2p", "nic", "dpn"),
+    "ascend-910b": ("cap", "p2p", "nic", "dpn"),
+    "v100-sxm2-32g": ("fp32", "fp16", "hbm", "su", "nic", "dpn"),
+}
+
+
+@pytest.mark.parametrize("chip_id", sorted(SPEC_CHECKS))
+def test_specs_equal_reference(chip_id: str, reference: dict) -> None:
+    path = CHIPS_DIR / f"{chip_id}.yaml"
+    chip = load_chip_file(path)
+    row = reference[_raw(path)["reference_id"]]
+    raw = _raw(path)
+    got = {
+        "fp32": chip.peak_tflops.get("fp32"), "tf32": chip.peak_tflops.get("tf32"),
+        "bf16": chip.peak_tflops.get("bf16"), "fp16": chip.peak_tflops.get("fp16"),
+        "fp8": chip.peak_tflops.get("fp8"), "hbm": chip.hbm_GBps,
+        "cap": raw["memory"]["capacity_GB"]["value"], "su": chip.scaleup_GBps, "p2p": chip.scaleup_p2p_GBps,
+        "nic": chip.nic_Gbps, "dpn": chip.devices_per_node,
+    }
+    want = {
+        "fp32": row["fp32_tflops"], "tf32": row["tf32_tflops"], "bf16": row["bf16_tflops"],
+        "fp16": row["fp16_tflops"], "fp8": row["fp8_tflops"], "hbm": None if row["hbm_tbps"] is None else row["hbm_tbps"] * 1000,
+        "cap": row["hbm_gb"], "su": row["scaleup_GBps_per_dir"], "p2p": row["scaleup_p2p_GBps_per_dir"],
+        "nic": row["nic_Gbps_per_chip"], "dpn": row["chips_per_node"],
+    }
+    for f in SPEC_CHECKS[chip_id]:
+        assert _close(got[f], want[f]), f"{chip_id}.{f}: catalog {got[f]} != reference {want[f]}"
+
+
+def _measured(row: dict, metric: str):
+    for m in row["measured"]:
+        if m["metric"] == metric:
+            return m["value"]
+    raise KeyError(metric)
+
+
+@pytest.mark.parametrize(("chip_id", "dtype", "metric", "peak_field"), [
+    ("a100-sxm4-80g", "bf16", "bf16_gemm_tflops_MAMF", "bf16_tflops"),
+    ("h100-sxm5-80g", "bf16", "bf16_gemm_tflops_MAMF", "bf16_tflops"),
+    ("h100-sxm5-80g", "fp8", "fp8_gemm_tflops_MAMF", "fp8_tflops"),
+    ("h200-sxm-141g", "fp8", "fp8_gemm_tflops_MAMF", "fp8_tflops"),
+    ("b200", "bf16", "bf16_gemm_tflops_MAMF", "bf16_tflops"),
+    ("mi300x", "bf16", "bf16_gemm_tflops_MAMF", "bf16_tflops"),
+    ("gaudi2", "bf16", "bf16_gemm_tflops_MAMF", "bf16_tflops"),
+])
+def test_gemm_top_point_is_measured_fraction(chip_id, dtype, metric, peak_field, reference) -> None:
+    path = CHIPS_DIR / f"{chip_id}.yaml"
+    row = reference[_raw(path)["reference_id"]]
+    want = _measured(row, metric) / row[peak_field]
+    got = load_chip_file(path).gemm_efficiency[dtype].max_efficiency
+    assert abs(got - want) < 0.0015, f"{chip_id} {dtype}: top point {got} vs measured {want:.4f}"
+
+
+def test_ascend_910b_usable_memory_is_flagperf_measurement(reference) -> None:
+    row = reference["huawei_ascend_910b"]
+    assert _close(load_chip_file(CHIPS_DIR / "ascend-910b.yaml").memory_gib, _measured(row, "usable_hbm_GiB"))
+
+
+def test_unknowns_stay_unknown() -> None:
+    p800 = load_chip_file(CHIPS_DIR / "kunlun-p800.yaml")
+    assert all(v is None for v in p800.peak_tflops.values())
+    assert p800.memory_gib is None and p800.hbm_GBps is None and p800.nic_Gbps is None
+    assert p800.gemm_efficiency == {}
+    assert load_chip_file(CHIPS_DIR / "ascend-910b.yaml").hbm_GBps is None
+
+
+def test_mesh_fabrics_penalise_one_peer() -> None:
+    for cid in ("mi300x", "gaudi2", "ascend-910b"):
+        chip = load_chip_file(CHIPS_DIR / f"{cid}.yaml")
+        assert chip.scaleup_kind == "mesh"
+        assert math.isclose(chip.scaleup_p2p_GBps * 7, chip.scaleup_GBps, rel_tol=0.01)
+
+
+# -- malformed chips are rejected with the field named ----------------------------------------
+
+@pytest.fixture()
+def template() -> dict:
+    return _raw(CHIPS_DIR / "a100-sxm4-80g.yaml")
+
+
+def _load(tmp_path: Path, doc: dict) -> None:
+    p = tmp_path / "bad.yaml"
+    p.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    load_chip_file(p)
+
+
+def _mutated(doc: dict, fn) -> dict:
+    d = copy.deepcopy(doc)
+    fn(d)
+    return d
+
+
+@pytest.mark.parametrize(("mutate", "field"), [
+    (lambda d: d["peak_tflops"]["bf16"].update(foo=1), "peak_tflops.bf16.foo"),
+    (lambda d: d.update(speed=3), "speed"),
+    (lambda d: d["memory"].update(bandwidth=1), "memory.bandwidth"),
+    (lambda d: d["memory"]["hbm_GBps"].pop("sources"), "memory.hbm_GBps.sources"),
+    (lambda d: d["scaleup"]["GBps_per_dir"].update(sources=[]), "scaleup.GBps_per_dir.sources"),
+    (lambda d: d["scaleup"]["GBps_per_dir"].update(sources=["NOPE"]), "scaleup.GBps_per_dir.sources"),
+    (lambda d: d["peak_tflops"]["bf16"].update(value="312"), "peak_tflops.bf16.value"),
+    (lambda d: d["peak_tflops"]["bf16"].update(value=True), "peak_tflops.bf16.value"),
+    (lambda d: d["memory"].pop("usable_gib"), "memory.usable_gib"),
+    (lambda d: d["scaleup"].update(kind="ring"), "scaleup.kind"),
+    (lambda d: d["measured"]["gemm_efficiency"]["bf16"].pop("sources"), "measured.gemm_efficiency.bf16.sources"),
+    (lambda d: d["measured"]["gemm_efficiency"]["bf16"].update(points=[[1.0e9, 0.5], [1.0e8, 0.6]]),
+     "measured.gemm_efficiency.bf16.points[1]"),
+    (lambda d: d["measured"]["gemm_efficiency"]["bf16"].update(points=[[1.0e9, "0.5"]]),
+     "measured.gemm_efficiency.bf16.points[0]"),
+    (lambda d: d["measured"]["scaleup_efficiency"].update(estimated="yes"), "measured.scaleup_efficiency.estimated"),
+])
+def test_malformed_chip_names_the_field(tmp_path: Path, template: dict, mutate, field: str) -> None:
+    with pytest.raises(InputError) as exc:
+        _load(tmp_path, _mutated(template, mutate))
+    assert exc.value.field == field, str(exc.value)
+    assert "bad.yaml" in str(exc.value)
+
+
+def test_null_value_with_sources_is_accepted(tmp_path: Path, template: dict) -> None:
+    doc = _mutated(template, lambda d: d["scaleout"]["nic_Gbps_per_device"].update(value=None, note="unknown"))
+    p = tmp_path / "ok.yaml"
+    p.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    assert load_chip_file(p).nic_Gbps is None
+
+
+def test_unsigned_exponent_float_is_rejected(tmp_path: Path) -> None:
+    """PyYAML reads 1.0e9 (no sign) as a string: the catalog must write 1.0e+9."""
+    for path in CHIP_FILES:
+        text = path.read_text(encoding="utf-8")
+        assert "e9," not in text and "e10," not in text
+    assert yaml.safe_load("x: 1.0e9")["x"] == "1.0e9"
