@@ -11,7 +11,8 @@ from baige_plan.specs.model import ModelSpec, MoESpec
 
 SCHEMA = "baige-plan/model/v1"
 _REQUIRED = {"schema", "name", "layers", "hidden", "heads", "ffn_hidden", "vocab"}
-_OPTIONAL = {"seq_len", "kv_heads", "head_dim", "activation", "tie_embeddings", "moe", "source", "notes", "params_b"}
+_OPTIONAL = {"seq_len", "kv_heads", "head_dim", "activation", "tie_embeddings", "dropout", "moe", "source", "notes",
+             "params_b"}
 _MOE_REQUIRED = {"experts", "top_k", "expert_ffn_hidden"}
 _MOE_OPTIONAL = {"shared_experts", "layer_freq", "first_dense_layers"}
 _INT_FIELDS = ("layers", "hidden", "heads", "ffn_hidden", "vocab", "seq_len", "kv_heads", "head_dim")
@@ -57,7 +58,7 @@ def model_to_dict(m: ModelSpec) -> dict:
     d: dict[str, Any] = {"schema": SCHEMA, "name": m.name, "layers": m.layers, "hidden": m.hidden,
                          "heads": m.heads, "kv_heads": m.kv_heads, "head_dim": m.head_dim,
                          "ffn_hidden": m.ffn_hidden, "vocab": m.vocab, "seq_len": m.seq_len,
-                         "activation": m.activation, "tie_embeddings": m.tie_embeddings}
+                         "activation": m.activation, "tie_embeddings": m.tie_embeddings, "dropout": m.dropout}
     if m.moe is not None:
         d["moe"] = {"experts": m.moe.experts, "top_k": m.moe.top_k, "expert_ffn_hidden": m.moe.expert_ffn_hidden,
                     "shared_experts": m.moe.shared_experts, "layer_freq": m.moe.layer_freq,

@@ -54,6 +54,7 @@ class ModelSpec:
     head_dim: int | None = None
     activation: str = "swiglu"
     tie_embeddings: bool = False
+    dropout: float = 0.0          # hidden/attention dropout probability (GPT-3-era 0.1; Llama 0)
     moe: MoESpec | None = None
     source: str | None = None
 
@@ -74,6 +75,8 @@ class ModelSpec:
         require(self.activation in ACTIVATIONS, "activation",
                 f"must be one of {', '.join(ACTIVATIONS)}, got {self.activation!r}")
         require(isinstance(self.tie_embeddings, bool), "tie_embeddings", "must be true or false")
+        require(isinstance(self.dropout, (int, float)) and not isinstance(self.dropout, bool)
+                and 0.0 <= self.dropout < 1.0, "dropout", f"must be in [0, 1), got {self.dropout!r}")
         if self.moe is not None:
             require(self.moe.first_dense_layers < self.layers, "moe.first_dense_layers",
                     f"first_dense_layers={self.moe.first_dense_layers} leaves no MoE layer of {self.layers}")

@@ -36,6 +36,9 @@ class StrategySpec:
     recompute: str = "selective"
     sequence_parallel: bool | None = None   # None: on when tp > 1 (Megatron default with TP)
     attention: str = "flash"                # flash (fused, no s² activations) | standard (2021-era)
+    first_stage_layers: int | None = None   # Megatron --decoder-first-pipeline-num-layers (uneven split)
+    last_stage_layers: int | None = None    # Megatron --decoder-last-pipeline-num-layers
+    overlap_grad_reduce: bool = True        # DP gradient reduction overlapped with the last backward
 
     def __post_init__(self) -> None:
         for k in ("tp", "pp", "dp", "cp", "ep", "etp", "micro_batch", "vpp"):
@@ -51,6 +54,12 @@ class StrategySpec:
             # SP shards along the TP group; with tp=1 it is a no-op, so store the canonical form.
             object.__setattr__(self, "sequence_parallel", False)
         require(self.vpp == 1 or self.pp > 1, "vpp", f"vpp={self.vpp} needs pp > 1 (pp={self.pp})")
+        for k in ("first_stage_layers", "last_stage_layers"):
+            v = getattr(self, k)
+            if v is not None:
+                _pos(v, k)
+                require(self.pp > 1, k, f"{k}={v} needs pp > 1 (pp={self.pp})")
+                require(self.vpp == 1, k, f"{k} cannot be combined with vpp={self.vpp}")
 
     @property
     def world(self) -> int:
@@ -74,8 +83,7 @@ def check_strategy(s: StrategySpec, model: ModelSpec, job: JobSpec, devices: int
     require(model.kv_heads % s.tp == 0, "tp",
             f"kv_heads={model.kv_heads} is not divisible by tp={s.tp} (Megatron needs query groups % tp == 0)")
     require(model.ffn_hidden % s.tp == 0, "tp", f"ffn_hidden={model.ffn_hidden} is not divisible by tp={s.tp}")
-    require(model.layers % (s.pp * s.vpp) == 0, "pp",
-            f"layers={model.layers} is not divisible by pp·vpp = {s.pp}·{s.vpp} = {s.pp * s.vpp}")
+    stage_layers(s, model.layers)   # raises when the split is impossible
     require(job.global_batch % (s.dp * s.micro_batch) == 0, "global_batch",
             f"global_batch={job.global_batch} is not divisible by dp·micro_batch = {s.dp}·{s.micro_batch}")
     if s.cp > 1:
@@ -100,6 +108,30 @@ def check_strategy(s: StrategySpec, model: ModelSpec, job: JobSpec, devices: int
         m = job.global_batch // (s.dp * s.micro_batch)
         require(m % s.pp == 0, "vpp",
                 f"interleaved schedule needs micro-batches per replica ({m}) divisible by pp={s.pp}")
+
+
+def stage_layers(s: StrategySpec, layers: int) -> tuple[int, ...]:
+    """Transformer layers per pipeline stage: even, or Megatron's uneven first/last split with the
+    remaining layers spread evenly over the middle stages."""
+    if s.first_stage_layers is None and s.last_stage_layers is None:
+        require(layers % (s.pp * s.vpp) == 0, "pp",
+                f"layers={layers} is not divisible by pp·vpp = {s.pp}·{s.vpp} = {s.pp * s.vpp}; "
+                "set first/last stage layers for an uneven split")
+        return (layers // s.pp,) * s.pp
+    first = s.first_stage_layers
+    last = s.last_stage_layers
+    middle = s.pp - (first is not None) - (last is not None)
+    rest = layers - (first or 0) - (last or 0)
+    require(rest >= middle and (middle == 0 and rest == 0 or middle > 0 and rest % middle == 0), "pp",
+            f"layers={layers} minus first={first} and last={last} leaves {rest} layers for "
+            f"{middle} middle stages (must divide evenly, at least 1 each)")
+    each = rest // middle if middle else 0
+    out = [each] * s.pp
+    if first is not None:
+        out[0] = first
+    if last is not None:
+        out[-1] = last
+    return tuple(out)
 
 
 def infer_dp(devices: int, tp: int, pp: int, cp: int) -> int:

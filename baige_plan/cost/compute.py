@@ -1,0 +1,95 @@
+"""Per-layer compute time on one device: GEMMs by roofline, memory-bound ops by bytes/bandwidth.
+
+GEMM time (roofline, Williams et al. 2009):
+    t = max( F / (peak * eff(F_each)),  bytes / (hbm_GBps * hbm_eff) )
+with eff(F) the chip's measured GEMM efficiency curve at one GEMM's FLOPs (catalog data) and
+bytes = the GEMM's operand and result traffic. Backward runs dgrad and wgrad GEMMs of the same
+sizes (2x forward FLOPs, Narayanan 2021 Appendix).
+Fused flash attention runs at FLASH_FRACTION of the GEMM rate at the same size (FlashAttention-2
+reaches ~70% of A100 peak forward vs ~85% for cuBLAS GEMMs (Dao 2023, Fig. 4-6); FlashMLA 660 of
+989 TFLOP/s on H800); backward at FLASH_BWD_FRACTION (FA2 backward is slower than forward).
+Memory-bound ops (norms, activations, dropout, residual adds, softmax, cross-entropy, optimizer)
+are charged as bytes moved / achievable HBM bandwidth (`layer_memory_bytes`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from baige_plan.cost.flops import Gemm
+from baige_plan.specs.chip import ChipSpec
+from baige_plan.specs.model import ModelSpec
+
+FLASH_FRACTION = 0.80
+FLASH_BWD_FRACTION = 0.70
+DEFAULT_HBM_EFF = 0.85      # only when the chip file has no measured value (NOTES: 85-90%)
+DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+
+
+@dataclass(frozen=True)
+class ChipRates:
+    peak_flops: float         # FLOP/s for the GEMM dtype
+    hbm_Bps: float            # achievable bytes/s
+    dtype: str
+    act_bytes: int            # bytes per activation element (bf16/fp16: 2; fp8 keeps bf16 activations)
+    chip: ChipSpec
+
+    @classmethod
+    def of(cls, chip: ChipSpec, precision: str) -> ChipRates:
+        gemm_dtype = "tf32" if precision == "fp32" else precision
+        hbm = chip.need("hbm_GBps") * 1e9 * (chip.hbm_efficiency or DEFAULT_HBM_EFF)
+        act = 4 if precision == "fp32" else 2
+        return cls(chip.peak(gemm_dtype) * 1e12, hbm, gemm_dtype, act, chip)
+
+
+def gemm_time_s(g: Gemm, r: ChipRates, passes: float = 1.0, bwd: bool = False) -> float:
+    """Roofline time of `passes` executions of GEMM g (forward-sized)."""
+    curve = r.chip.gemm_curve(r.dtype)
+    eff = curve.at(g.flops_each)
+    if g.kind == "attention_flash":
+        eff *= FLASH_BWD_FRACTION if bwd else FLASH_FRACTION
+    t_compute = g.flops / (r.peak_flops * eff)
+    in_bytes = DTYPE_BYTES.get(r.dtype, 2) if r.dtype != "fp8" else 1
+    traffic = g.count * (g.m * g.k * in_bytes + g.k * g.n * in_bytes + g.m * g.n * r.act_bytes)
+    t_mem = traffic / r.hbm_Bps
+    return passes * max(t_compute, t_mem)
+
+
+def gemms_time_s(gemms: list[Gemm], r: ChipRates, bwd: bool = False) -> float:
+    return sum(gemm_time_s(g, r, bwd=bwd) for g in gemms)
+
+
+def layer_memory_bytes(model: ModelSpec, tokens: float, micro_batch: int, seq_len: int, tp: int, cp: int,
+                       sp: bool, standard_attention: bool, act_bytes: int, moe: bool) -> tuple[float, float]:
+    """Bytes moved by the memory-bound (non-GEMM) ops of one layer's forward on one device.
+
+    Returns (bytes_outside_attention_core, bytes_attention_core). Counted per element of
+    `act_bytes` (Megatron fused kernels: fused LayerNorm, bias-GeLU, bias-dropout-add,
+    scale-mask-softmax):
+      - 2 norms: read + write of h per token; 2 residual bias-dropout-adds: read x, read residual,
+        write out (+1-byte dropout mask when dropout > 0). Without SP every TP rank repeats these
+        on all tokens; with SP each handles tokens/tp (Korthikanti 2022, Sec. 4.2.2).
+      - activation: GeLU reads and writes ffn/tp per token; SwiGLU reads 2 ffn/tp, writes ffn/tp.
+      - standard attention core: scale-mask-softmax reads and writes the b*(a/tp)*s*s/cp scores;
+        attention dropout reads and writes them again plus a 1-byte mask. Flash attention keeps
+        them on chip (0 bytes here).
+    """
+    h = model.hidden
+    norm_tokens = tokens / tp if sp else tokens
+    drop = 1 if model.dropout > 0 else 0
+    per_tok = 2 * (2 * h) * act_bytes + 2 * (3 * h * act_bytes + drop * h)
+    if moe and model.moe is not None:
+        e = model.moe
+        width = e.expert_ffn_hidden * e.top_k + e.expert_ffn_hidden * e.shared_experts
+        # experts run on tokens/tp (SP) per rank; routing permute/unpermute copies 2x h per assignment
+        act = tokens / tp * (width * (3 if model.activation == "swiglu" else 2) * act_bytes
+                             + 4 * h * e.top_k * act_bytes)
+    else:
+        width = model.ffn_hidden / tp
+        act = tokens * width * (3 if model.activation == "swiglu" else 2) * act_bytes
+    outside = norm_tokens * per_tok + act
+    core = 0.0
+    if standard_attention:
+        scores = micro_batch * (model.heads / tp) * (seq_len / cp) * seq_len
+        core = scores * (2 * act_bytes + (2 * act_bytes + 1 if model.dropout > 0 else 0))
+    return outside, core

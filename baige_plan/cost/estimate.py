@@ -1,0 +1,373 @@
+"""Step time, throughput and memory of one strategy (homogeneous cluster): the cost model.
+
+Composition (docs/COST_MODEL.md has the derivation). For pipeline stage i with n_i layers, per
+micro-batch:
+    t_f,i = sum_layers [GEMMs + memory-bound ops + TP comm + EP all-to-all + exposed CP] (+ embedding / logits)
+    t_b,i = 2 x GEMM FLOPs and 2 x memory-bound bytes of the forward + the same comm
+            + recomputation (full: t_f again; selective: the attention core forward)
+Pipeline (1F1B, unequal stages; Narayanan 2021 Sec. 2.2; SPEC §5):
+    T_pipe = m * max_i t_i + (sum_i t_i - max_i t_i) / v        (v = 1: sum t + (m-1) max t)
+Step:
+    T = T_pipe + exposed DP/ZeRO communication + optimizer step
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from baige_plan.cost import collectives as C
+from baige_plan.cost.compute import ChipRates, gemm_time_s, layer_memory_bytes
+from baige_plan.cost.flops import Gemm, attention_gemms, linear_gemms, logits_gemm, megatron_model_flops
+from baige_plan.cost.memory import (
+    FRAMEWORK_RESERVE_GIB,
+    GIB,
+    inflight_microbatches,
+    layer_activation_bytes,
+    model_state_bytes_per_param,
+)
+from baige_plan.cost.params import layer_params_split
+from baige_plan.specs.job import JobSpec
+from baige_plan.specs.model import ModelSpec
+from baige_plan.specs.strategy import StrategySpec, check_strategy, stage_layers
+from baige_plan.specs.topology import ClusterSpec, GroupSpec
+
+GRAD_BYTES = 4            # Megatron fp32 main grads (accumulate/all-reduce in fp32)
+ADAM_BYTES_PER_PARAM = 36  # optimizer step traffic: read fp32 grad, master, m, v; write master, m, v, 16-bit param
+ZERO3_COLLECTIVES_PER_LAYER = 4  # per-parameter gathers (qkv, proj, up, down) as DeepSpeed ZeRO-3 issues them
+# Fraction of the shorter of (ZeRO-3 communication, compute) hidden under the longer: prefetching
+# overlaps them, but NCCL kernels take SMs and HBM bandwidth from the GEMMs they overlap.
+# Calibrated on Narayanan 2021 Table 2 (compute-bound 384/640-GPU rows); see COST_MODEL.md.
+ZERO3_OVERLAP = 0.55
+
+
+@dataclass(frozen=True)
+class StageCost:
+    index: int
+    layers: tuple[int, int]
+    fwd_s: float
+    bwd_s: float
+    compute_s: float      # per micro-batch, fwd+bwd+recompute, GEMMs and memory-bound ops
+    tp_s: float
+    cp_s: float
+    ep_s: float
+    pp_s: float
+    weights_gib: float
+    grads_gib: float
+    optimizer_gib: float
+    activations_gib: float
+    other_gib: float
+    dense_params: float   # on this device
+    expert_params: float
+    hw_flops: float       # executed FLOPs per micro-batch on this device
+
+    @property
+    def time_s(self) -> float:
+        return self.fwd_s + self.bwd_s
+
+    @property
+    def memory_gib(self) -> float:
+        return self.weights_gib + self.grads_gib + self.optimizer_gib + self.activations_gib + self.other_gib
+
+
+@dataclass(frozen=True)
+class Estimate:
+    strategy: StrategySpec
+    global_batch: int
+    fits: bool
+    step_time_s: float
+    tokens_per_s: float
+    tokens_per_s_per_device: float
+    model_tflops_per_device: float
+    mfu: float
+    hfu: float
+    peak_memory_gib: float
+    capacity_gib: float
+    breakdown_s: dict[str, float]
+    memory_gib: dict[str, float]
+    stages: tuple[StageCost, ...]
+    micro_batches: int
+    devices: int
+    bottleneck: str
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _gemm_set(model: ModelSpec, s: StrategySpec, seq_len: int, moe_layer: bool) -> tuple[list[Gemm], list[Gemm]]:
+    tokens = s.micro_batch * seq_len / s.cp
+    lin = linear_gemms(model, tokens, s.tp, moe_layer, s.ep, s.etp)
+    att = attention_gemms(model, s.micro_batch, seq_len, s.tp, s.cp, standard=s.attention == "standard")
+    if s.attention == "flash":
+        att = [Gemm(g.name, g.m, g.n, g.k, g.count, "attention_flash") for g in att]
+    return lin, att
+
+
+def _placement_per_node(dpn: int, inner: int, size: int) -> int:
+    """Ranks of a group per node when the group's stride is `inner` (Megatron order tp, cp, dp, pp)."""
+    if inner >= dpn:
+        return 1
+    return max(1, min(size, dpn // inner))
+
+
+def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec, index: int,
+               first_layer: int, n_layers: int, m: int) -> StageCost:
+    r = ChipRates.of(group.chip, job.precision)
+    seq = job.seq_len
+    dpn = group.devices_per_node
+    tokens = s.micro_batch * seq / s.cp
+    act_bytes = r.act_bytes
+    sp = bool(s.sequence_parallel)
+    std = s.attention == "standard"
+
+    tp_link = C.group_link(group, s.tp, min(s.tp, dpn))
+    cp_link = C.group_link(group, s.cp, _placement_per_node(dpn, s.tp, s.cp))
+    ep_link = C.group_link(group, s.ep, _placement_per_node(dpn, s.etp, s.ep))
+    etp_link = C.group_link(group, s.etp, min(s.etp, dpn))
+
+    fwd = bwd = rec = 0.0
+    comp = tp_t = cp_t = ep_t = 0.0
+    hw_flops = 0.0
+    dense_p = expert_p = 0.0
+    act = 0.0
+    act_layer_full = 0.0
+    for li in range(first_layer, first_layer + n_layers):
+        moe = model.is_moe_layer(li)
+        lin, att = _gemm_set(model, s, seq, moe)
+        g_f = sum(gemm_time_s(g, r) for g in lin)
+        a_f = sum(gemm_time_s(g, r) for g in att)
+        a_b = sum(gemm_time_s(g, r, passes=2, bwd=True) for g in att)
+        out_b, core_b = layer_memory_bytes(model, tokens, s.micro_batch, seq, s.tp, s.cp, sp, std, act_bytes, moe)
+        m_f = (out_b + core_b) / r.hbm_Bps
+        core_f = a_f + core_b / r.hbm_Bps
+        lf = g_f + a_f + m_f
+        lb = 2 * g_f + a_b + 2 * m_f
+        # Tensor parallel: 2 all-reduces (or AG+RS pairs with SP) of the layer's activations per
+        # pass (Shoeybi 2019 Sec. 3; Korthikanti 2022 Sec. 4.2.2). An MoE layer keeps the attention's.
+        act_sz = tokens * model.hidden * act_bytes
+        n_tp = 1 if moe else 2
+        if sp:
+            t_tp = n_tp * (C.all_gather_s(act_sz, tp_link) + C.reduce_scatter_s(act_sz, tp_link))
+        else:
+            t_tp = n_tp * C.all_reduce_s(act_sz, tp_link)
+        # Expert parallel: dispatch + combine all-to-all per pass (4 per layer per micro-batch).
+        t_ep = 0.0
+        if moe and model.moe is not None:
+            routed = tokens / s.tp * model.moe.top_k * model.hidden * act_bytes
+            t_ep = 2 * C.all_to_all_s(routed * s.etp, ep_link) if s.ep > 1 else 0.0
+            if s.etp > 1:
+                t_ep += 2 * C.all_gather_s(routed * s.etp, etp_link)
+            if s.tp > 1 and not sp:
+                t_tp += C.all_reduce_s(act_sz, tp_link)
+        # Context parallel ring attention: cp-1 KV block exchanges, overlapped with the attention
+        # core blocks they feed (Liu et al. 2023, Ring Attention; Megatron CP).
+        t_cp_f = t_cp_b = 0.0
+        if s.cp > 1:
+            kv_blk = 2 * s.micro_batch * seq / s.cp * model.kv_dim / s.tp * act_bytes
+            step_comm = C.p2p_s(kv_blk, cp_link)
+            t_cp_f = (s.cp - 1) * max(0.0, step_comm - a_f / s.cp)
+            t_cp_b = (s.cp - 1) * max(0.0, 2 * step_comm - a_b / s.cp)   # dKV travels back too
+        fwd += lf + t_tp + t_ep + t_cp_f
+        bwd += lb + t_tp + t_ep + t_cp_b
+        comp += lf + lb
+        tp_t += 2 * t_tp
+        ep_t += 2 * t_ep
+        cp_t += t_cp_f + t_cp_b
+        layer_hw = sum(g.flops for g in lin + att)
+        if s.recompute == "full":
+            rec += lf + t_tp + t_ep + t_cp_f
+            comp += lf
+            tp_t += t_tp
+            ep_t += t_ep
+            cp_t += t_cp_f
+            hw_flops += 4 * layer_hw
+        elif s.recompute == "selective" and std:
+            rec += core_f
+            comp += core_f
+            hw_flops += 3 * layer_hw + sum(g.flops for g in att)
+        else:
+            hw_flops += 3 * layer_hw
+        d, e = layer_params_split(model, moe)
+        dense_p += d / s.tp
+        if e:
+            expert_p += e / (s.ep * s.etp)
+        act += layer_activation_bytes(model, seq, s.micro_batch, s.tp, s.cp, sp, s.recompute, std, moe, act_bytes)
+        if s.recompute == "full":
+            act_layer_full = max(act_layer_full, layer_activation_bytes(
+                model, seq, s.micro_batch, s.tp, s.cp, sp, "none", std, moe, act_bytes))
+    bwd += rec
+
+    last = index == s.pp - 1
+    extra_act = 0.0
+    if index == 0 or (model.tie_embeddings is False and last) or (last and s.pp == 1):
+        pass
+    emb_p = 0.0
+    if index == 0:
+        emb_p += model.vocab * model.hidden / s.tp
+        extra_act += tokens * model.hidden * act_bytes / (s.tp if sp else 1)
+    if last:
+        if not (model.tie_embeddings and s.pp == 1):
+            emb_p += model.vocab * model.hidden / s.tp
+        lg = logits_gemm(model, tokens, s.tp)
+        t_lf = gemm_time_s(lg, r)
+        # vocab-parallel cross-entropy in fp32: ~4 passes over the logits (upcast, max, exp-sum, grad)
+        ce = tokens * model.vocab / s.tp * 4 * 4 / r.hbm_Bps
+        fwd += t_lf + ce
+        bwd += 2 * t_lf + ce
+        comp += 3 * t_lf + 2 * ce
+        hw_flops += 3 * lg.flops
+        extra_act += tokens * model.vocab / s.tp * (4 + act_bytes)
+    dense_p += emb_p
+
+    # Pipeline p2p: each stage boundary sends b*s*h (scatter-gather / SP: /tp) forward and backward.
+    pp_t = 0.0
+    if s.pp > 1:
+        stride = s.tp * s.cp * s.dp
+        same_node = stride < group.devices_per_node and group.devices_per_node % (stride * 2) == 0
+        if same_node:
+            link = C.Link(group.chip.need("scaleup_p2p_GBps") * (group.chip.scaleup_efficiency or 0.78), 2,
+                          (C.LAUNCH_US + C.SCALEUP_STEP_US) * 1e-6)
+        else:
+            link = C.Link(group.nic_GBps * (group.chip.nic_efficiency or C.DEFAULT_NIC_EFF), 2,
+                          (C.LAUNCH_US + C.NIC_STEP_US) * 1e-6, "nic")
+        msg = tokens * model.hidden * act_bytes / s.tp
+        per_dir = C.p2p_s(msg, link) * s.vpp
+        sends = (1 if index < s.pp - 1 else 0) + (1 if index > 0 else 0)
+        pp_t = sends * per_dir
+        fwd += pp_t / 2
+        bwd += pp_t / 2
+
+    # Memory (ZeRO sharding over the data-parallel replicas holding the same weights).
+    dp_dense = s.dp * s.cp
+    w_b, g_b, k_b = model_state_bytes_per_param(s.zero, dp_dense, 2, GRAD_BYTES)
+    we_b, ge_b, ke_b = model_state_bytes_per_param(s.zero, s.edp, 2, GRAD_BYTES)
+    weights = dense_p * w_b + expert_p * we_b
+    grads = dense_p * g_b + expert_p * ge_b
+    optim = dense_p * k_b + expert_p * ke_b
+    if s.zero >= 3:
+        # two gathered layers live at once (current + prefetch)
+        layer_full = max(dense_p + expert_p - emb_p, 0.0) / max(n_layers, 1)
+        weights += 2 * 2 * layer_full * min(2, n_layers) / 2
+    inflight = inflight_microbatches(s.pp, s.vpp, m, index)
+    activations = act * inflight + extra_act + act_layer_full
+    other = FRAMEWORK_RESERVE_GIB * GIB
+    return StageCost(index=index, layers=(first_layer, first_layer + n_layers), fwd_s=fwd, bwd_s=bwd,
+                     compute_s=comp, tp_s=tp_t, cp_s=cp_t, ep_s=ep_t, pp_s=pp_t,
+                     weights_gib=weights / GIB, grads_gib=grads / GIB, optimizer_gib=optim / GIB,
+                     activations_gib=activations / GIB, other_gib=other / GIB,
+                     dense_params=dense_p, expert_params=expert_p, hw_flops=hw_flops)
+
+
+def _dp_sync_s(st: StageCost, group: GroupSpec, s: StrategySpec, job: JobSpec, m: int) -> tuple[float, float]:
+    """(total DP/ZeRO communication per step, part that can overlap compute) for one stage."""
+    dpn = group.devices_per_node
+    dp_n = s.dp * s.cp
+    link = C.group_link(group, dp_n, _placement_per_node(dpn, s.tp, dp_n))
+    edp_link = C.group_link(group, s.edp, _placement_per_node(dpn, s.tp * s.cp * s.ep * s.etp // max(s.tp, 1), s.edp))
+    dense, expert = st.dense_params, st.expert_params
+    if s.zero >= 3:
+        # ZeRO-3 / FSDP: per micro-batch, gather 16-bit weights for forward and for backward
+        # (recomputation reuses the backward gather) and reduce-scatter 16-bit gradients, one
+        # collective per weight matrix. Gathers over a DP world spanning nodes run as a flat ring
+        # at per-device NIC rate (calibrated on Narayanan 2021 Table 2, see COST_MODEL.md).
+        n_layers = st.layers[1] - st.layers[0]
+        nodes = -(-dp_n // max(1, _placement_per_node(dpn, s.tp, dp_n)))
+        z_link = C.flat_ring_link(group, dp_n) if nodes > 1 else link
+        size = (dense + expert) * 2
+        per_mb = 3 * C.all_gather_s(size, z_link)
+        per_mb += 3 * max(0, n_layers * ZERO3_COLLECTIVES_PER_LAYER - 1) * z_link.alpha_s
+        total = per_mb * m
+        return total, total
+    if s.zero == 0:
+        t = C.all_reduce_s(dense * GRAD_BYTES, link) + C.all_reduce_s(expert * GRAD_BYTES, edp_link)
+    else:
+        # distributed optimizer: reduce-scatter fp32 grads, all-gather 16-bit params
+        t = (C.reduce_scatter_s(dense * GRAD_BYTES, link) + C.all_gather_s(dense * 2, link)
+             + C.reduce_scatter_s(expert * GRAD_BYTES, edp_link) + C.all_gather_s(expert * 2, edp_link))
+    if not s.overlap_grad_reduce:
+        return t, 0.0
+    # Bucketed reduction starts as the last micro-batch's backward produces gradients; the last
+    # bucket (~1 layer) cannot overlap. The param all-gather overlaps the next step's forward.
+    n_layers = max(1, st.layers[1] - st.layers[0])
+    window = st.bwd_s * (1 - 1 / n_layers) + (st.fwd_s if s.zero >= 1 else 0.0)
+    return t, min(t, window)
+
+
+def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, s: StrategySpec,
+             memory_frac: float = 1.0) -> Estimate:
+    """Estimate one homogeneous strategy. Raises SpecError when the strategy is invalid."""
+    if cluster.is_heterogeneous:
+        from baige_plan.errors import SpecError
+        raise SpecError("cluster", f"{cluster.name!r} has {len(cluster.groups)} groups; homogeneous "
+                        "strategies need one group (heterogeneous plans come from `baige-plan plan`)")
+    group = cluster.groups[0]
+    check_strategy(s, model, job, cluster.devices)
+    m = job.global_batch // (s.dp * s.micro_batch)
+    split = stage_layers(s, model.layers)
+    stages = []
+    first = 0
+    for i, n in enumerate(split):
+        stages.append(stage_cost(model, group, job, s, i, first, n, m))
+        first += n
+    times = [st.time_s for st in stages]
+    t_max = max(times)
+    crit = stages[times.index(t_max)]
+    pipe = m * t_max + (sum(times) - t_max) / s.vpp
+    bubble = pipe - m * t_max
+
+    dp_total = dp_exposed = 0.0
+    for st in stages:
+        tot, overl = _dp_sync_s(st, group, s, job, m)
+        if s.zero >= 3:
+            comp = m * st.time_s
+            exposed = max(comp, tot) + (1 - ZERO3_OVERLAP) * min(comp, tot) - comp
+        else:
+            exposed = tot - overl
+        if exposed >= dp_exposed:
+            dp_exposed, dp_total = exposed, tot
+    # Optimizer step: memory-bound Adam over the locally owned (ZeRO-sharded) parameters.
+    r = ChipRates.of(group.chip, job.precision)
+    opt_s = 0.0
+    for st in stages:
+        owned = st.dense_params / (s.dp * s.cp if s.zero >= 1 else 1) + st.expert_params / (s.edp if s.zero >= 1 else 1)
+        opt_s = max(opt_s, owned * ADAM_BYTES_PER_PARAM / r.hbm_Bps)
+    step = pipe + dp_exposed + opt_s
+
+    devices = cluster.devices
+    tokens = job.global_batch * job.seq_len
+    mflops = megatron_model_flops(model, job.global_batch, job.seq_len)
+    peak = r.peak_flops
+    hw = sum(st.hw_flops for st in stages) * m * s.tp * s.cp * s.dp
+    mfu = mflops / (step * devices * peak)
+    hfu = hw / (step * devices * peak)
+
+    mem_stage = max(stages, key=lambda st: st.memory_gib)
+    capacity = group.chip.need("memory_gib")
+    peak_mem = mem_stage.memory_gib
+    fits = peak_mem <= capacity * memory_frac
+    breakdown = {
+        "compute": m * crit.compute_s,
+        "tp_comm": m * crit.tp_s,
+        "cp_comm": m * crit.cp_s,
+        "ep_comm": m * crit.ep_s,
+        "pp_comm": m * crit.pp_s,
+        "pp_bubble": bubble,
+        "dp_comm_exposed": dp_exposed,
+        "optimizer": opt_s,
+    }
+    memory = {"weights": mem_stage.weights_gib, "grads": mem_stage.grads_gib, "optimizer": mem_stage.optimizer_gib,
+              "activations": mem_stage.activations_gib, "other": mem_stage.other_gib}
+    bottleneck = _bottleneck(breakdown, step, fits, peak_mem, capacity * memory_frac, dp_total)
+    return Estimate(strategy=s, global_batch=job.global_batch, fits=fits, step_time_s=step,
+                    tokens_per_s=tokens / step, tokens_per_s_per_device=tokens / step / devices,
+                    model_tflops_per_device=mflops / step / devices / 1e12, mfu=mfu, hfu=hfu,
+                    peak_memory_gib=peak_mem, capacity_gib=capacity, breakdown_s=breakdown, memory_gib=memory,
+                    stages=tuple(stages), micro_batches=m, devices=devices, bottleneck=bottleneck)
+
+
+def _bottleneck(b: dict[str, float], step: float, fits: bool, peak: float, cap: float, dp_total: float) -> str:
+    if not fits:
+        return f"does not fit: peak memory {peak:.1f} GiB exceeds the {cap:.1f} GiB allowed by {peak - cap:.1f} GiB"
+    name, val = max(b.items(), key=lambda kv: kv[1])
+    words = {"compute": "compute (GEMMs and memory-bound kernels)", "tp_comm": "tensor-parallel communication",
+             "cp_comm": "context-parallel communication", "ep_comm": "expert-parallel all-to-all",
+             "pp_comm": "pipeline point-to-point traffic", "pp_bubble": "the pipeline bubble",
+             "dp_comm_exposed": "exposed data-parallel gradient communication", "optimizer": "the optimizer step"}
+    return f"{words[name]} takes {val / step:.0%} of the step"

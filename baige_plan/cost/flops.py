@@ -1,0 +1,124 @@
+"""FLOP counts.
+
+Two conventions, both stated in the output:
+- *model FLOPs* (MFU): Megatron-LM `num_floating_point_operations` (megatron/training/training.py,
+  2025): 3 (fwd + wgrad + dgrad) x 2 (FMA) x per-token GEMM sizes, causal attention counted as half
+  the s x s score matrix, no recomputation.
+- *executed FLOPs* (HFU and time): what the kernels actually run, i.e. plus recomputation, and
+  with full s x s attention scores for non-fused ("standard") attention, which computes the
+  masked half too (Narayanan et al. 2021, Eq. 3 convention).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from baige_plan.specs.model import ModelSpec
+
+
+def _ffn_factor(model: ModelSpec) -> int:
+    """GEMMs stacked in the MLP: SwiGLU has gate+up+down (3), GeLU has up+down (2)."""
+    return 3 if model.activation == "swiglu" else 2
+
+
+def megatron_model_flops(model: ModelSpec, batch: int, seq_len: int) -> float:
+    """Megatron-LM `num_floating_point_operations(args, batch_size)` for MHA/GQA models.
+
+    F = B*s * [ L_attn * 6*(h*(q + 2kv) + q*s/2*2 + q*h)
+              + L_dense * 6*ffn*f*h + L_moe * 6*(e_ffn*topk + shared_ffn)*f*h
+              + 6*h*V ],   f = 3 (SwiGLU) or 2 (GeLU).
+    Source: NVIDIA/Megatron-LM megatron/training/training.py `num_floating_point_operations`
+    (the `standard_self_attn_term`, `/ 2  # causal mask` version). Router GEMMs are not counted,
+    as in Megatron.
+    """
+    h, s = model.hidden, seq_len
+    q, kv = model.q_dim, model.kv_dim
+    attn = 6 * (h * (q + 2 * kv) + q * s + q * h)
+    f = _ffn_factor(model)
+    n_moe = model.moe_layer_count
+    n_dense = model.layers - n_moe
+    mlp = n_dense * 6 * model.ffn_hidden * f * h
+    if model.moe is not None:
+        routed = model.moe.expert_ffn_hidden * model.moe.top_k
+        shared = model.moe.expert_ffn_hidden * model.moe.shared_experts
+        mlp += n_moe * 6 * (routed + shared) * f * h
+    logits = 6 * h * model.vocab
+    return float(batch) * s * (model.layers * attn + mlp + logits)
+
+
+def narayanan_eq3_flops(batch: int, seq_len: int, layers: int, hidden: int, vocab: int) -> float:
+    """Narayanan et al. 2021 (arXiv:2104.04473) Eq. (3), FLOPs per iteration *with* full
+    activation recomputation (4 forward-equivalents), GPT with ffn = 4h:
+        F = 96 B s l h^2 (1 + s/(6h) + V/(16 l h)).
+    Used to turn the paper's TFLOP/s into step times."""
+    B, s, l, h, V = batch, seq_len, layers, hidden, vocab
+    return 96.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (16.0 * l * h))
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """One GEMM kind in a layer, per device, forward pass: (m x k) @ (k x n), `count` instances
+    (batched GEMMs: count = batch). `flops` = 2 m n k count."""
+
+    name: str
+    m: float
+    n: float
+    k: float
+    count: float = 1.0
+    kind: str = "linear"       # linear | attention
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k * self.count
+
+    @property
+    def flops_each(self) -> float:
+        return 2.0 * self.m * self.n * self.k
+
+
+def attention_gemms(model: ModelSpec, micro_batch: int, seq_len: int, tp: int, cp: int,
+                    standard: bool) -> list[Gemm]:
+    """Core attention (QK^T and PV) per device for one layer's forward.
+
+    Each CP rank holds s/cp queries and attends to all s keys (ring attention). Standard attention
+    computes the full masked score matrix (Megatron 2021 fused-softmax path); fused flash kernels
+    skip the masked half, so they execute the causal half (Dao 2023)."""
+    heads = model.heads // tp
+    sq = seq_len / cp
+    keys = seq_len if standard else seq_len / 2.0
+    n = micro_batch * heads
+    return [Gemm("attn_qk", sq, keys, model.head_dim, n, "attention"),
+            Gemm("attn_pv", sq, model.head_dim, keys, n, "attention")]
+
+
+def linear_gemms(model: ModelSpec, tokens: float, tp: int, moe: bool, ep: int = 1, etp: int = 1) -> list[Gemm]:
+    """Weight GEMMs of one layer's forward on one device, Megatron column/row-parallel split.
+
+    tokens = micro_batch * seq_len / cp on this device (before SP gathering)."""
+    h = model.hidden
+    out = [Gemm("qkv", tokens, (model.q_dim + 2 * model.kv_dim) / tp, h),
+           Gemm("attn_proj", tokens, h, model.q_dim / tp)]
+    up = 2 if model.activation == "swiglu" else 1
+    if not moe:
+        out += [Gemm("mlp_up", tokens, up * model.ffn_hidden / tp, h),
+                Gemm("mlp_down", tokens, h, model.ffn_hidden / tp)]
+        return out
+    e = model.moe
+    assert e is not None
+    # Megatron-core MoE (alltoall dispatcher, SP on): each rank routes its tokens/tp, gathered
+    # over the etp group; with balanced routing each of the E/ep local experts sees
+    # m = (tokens/tp)*etp*topk*ep/E tokens. Per-rank FLOPs equal a dense MLP of width
+    # topk*e_ffn split tp ways.
+    local_experts = e.experts / ep
+    m = tokens / tp * etp * e.top_k * ep / e.experts
+    out += [Gemm("router", tokens, e.experts, h),
+            Gemm("expert_up", m, up * e.expert_ffn_hidden / etp, h, local_experts),
+            Gemm("expert_down", m, h, e.expert_ffn_hidden / etp, local_experts)]
+    if e.shared_experts:
+        sh = e.shared_experts * e.expert_ffn_hidden
+        out += [Gemm("shared_up", tokens, up * sh / tp, h), Gemm("shared_down", tokens, h, sh / tp)]
+    return out
+
+
+def logits_gemm(model: ModelSpec, tokens: float, tp: int) -> Gemm:
+    return Gemm("logits", tokens, model.vocab / tp, model.hidden)

@@ -1,0 +1,205 @@
+"""Write a measured chip file (catalog format, schema baige-plan/chip/v1) from profile results.
+
+What a profile cannot measure (peak TFLOP/s, HBM capacity and bandwidth, link rates, NIC) is
+copied from a datasheet chip file (`--base`), with its sources. The profile replaces
+`memory.usable_gib` (torch.cuda.mem_get_info total) and the `measured:` block, and adds a
+`PROFILE` source whose citation is the provenance: device, driver, torch/CUDA/NCCL versions,
+date and command. The loader rejects unknown keys, so provenance lives in `sources` and `notes`.
+
+Output is deterministic (same inputs -> byte-identical file) and written atomically.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from baige_plan.errors import InputError
+from baige_plan.io.chips import chip_from_doc
+from baige_plan.io.yamlio import read_document
+from baige_plan.profile import fit as F
+
+PROFILE_KEY = "PROFILE"
+_TOP_ORDER = ("schema", "id", "name", "variant", "architecture", "vendor", "family", "collective_library",
+              "reference_id", "sources", "notes", "peak_tflops", "memory", "scaleup", "scaleout", "pcie",
+              "measured")
+
+
+def resolve_base(base: str, catalog: list[str] | tuple[str, ...] = ()) -> tuple[Path, dict]:
+    """A chip id (searched in the catalog) or a chip file path -> (path, raw document)."""
+    p = Path(base)
+    if not (p.suffix in (".yaml", ".yml", ".json") and p.is_file()):
+        from baige_plan.io.catalog import Catalog
+
+        found = Catalog.create(list(catalog)).find("chips", base)
+        if found is None:
+            raise InputError("--base", "", f"unknown chip {base!r}: neither a chip file nor a catalog chip id")
+        p = found
+    doc = read_document(p)
+    chip_from_doc(doc, str(p))           # the base must itself be valid
+    return p, doc
+
+
+def provenance(raw: dict) -> str:
+    d = raw.get("device", {})
+    return (f"baige-plan profile on {d.get('count', 1)}x {d.get('name')}, driver {d.get('driver')}, "
+            f"torch {d.get('torch')}, CUDA {d.get('cuda')}, NCCL {d.get('nccl')}, {raw.get('date')}, "
+            f"command: {raw.get('command')}")
+
+
+def _num(x: float, nd: int = 4) -> float | int:
+    r = round(float(x), nd)
+    return int(r) if r == int(r) and abs(r) >= 1 else r
+
+
+def build_chip_doc(base_doc: dict, raw: dict, chip_id: str | None = None) -> dict:
+    """The measured chip document: base datasheet figures + fitted measurements from `raw`."""
+    doc = copy.deepcopy(base_doc)
+    base_id = doc["id"]
+    doc["id"] = chip_id or f"{base_id}-profiled"
+    doc["name"] = f"{base_doc['name']} (profiled)"
+    doc.pop("reference_id", None)
+    dev = raw.get("device", {})
+    src = [PROFILE_KEY]
+    doc["sources"] = {**doc["sources"], PROFILE_KEY: provenance(raw)}
+    peaks = {k: (v or {}).get("value") for k, v in doc["peak_tflops"].items()}
+
+    measured: dict[str, Any] = {"gemm_efficiency": {}}
+    notes = [f"Measured by `baige-plan profile` from {base_id} (datasheet peaks, capacities and link rates "
+             f"kept with their sources); raw samples in the .raw.json next to this file."]
+    for dtype in ("bf16", "fp16", "fp8"):
+        rows = [s for s in raw.get("gemm", []) if s["dtype"] == dtype]
+        if not rows or not peaks.get(dtype):
+            continue
+        pts = F.fit_gemm_curve([r["flops"] for r in rows], [r["tflops"] for r in rows], peaks[dtype])
+        best = F.gemm_best(raw["gemm"], dtype)
+        measured["gemm_efficiency"][dtype] = {
+            "points": pts, "sources": src,
+            "conditions": f"{len(rows)} GEMM shapes, torch {'_scaled_mm' if dtype == 'fp8' else 'mm'}, "
+                          f"median of repeats after warm-up",
+            "note": (f"best {best['tflops']:.1f} TFLOP/s at {best['m']}x{best['n']}x{best['k']} = "
+                     f"{best['tflops'] / peaks[dtype]:.3f} of the {peaks[dtype]} peak; per-decade upper-envelope "
+                     f"median, monotone"),
+        }
+    hbm_peak = doc["memory"]["hbm_GBps"]["value"]
+    if raw.get("hbm") and hbm_peak:
+        gbps, eff = F.hbm_fit(raw["hbm"], hbm_peak)
+        big = max(raw["hbm"], key=lambda r: r["bytes"])
+        measured["hbm_efficiency"] = {
+            "value": eff, "sources": src,
+            "conditions": f"device-to-device copy of {big['bytes'] / 2**30:.0f} GiB, bytes read + written",
+            "note": f"{gbps:.0f} GB/s of {hbm_peak} GB/s"}
+    coll = raw.get("collectives")
+    link = doc["scaleup"]["GBps_per_dir"]["value"]
+    if coll and link:
+        cf = F.collective_fit(coll)
+        n = cf.world
+        others = ", ".join(f"{op} {bw:.0f}" for op, bw in sorted(cf.busbw_large_GBps.items()))
+        measured["scaleup_efficiency"] = {
+            "value": cf.efficiency(link, "all_reduce"), "sources": src,
+            "conditions": (f"NCCL all-reduce busbw {cf.busbw_large_GBps['all_reduce']:.1f} GB/s at "
+                           f"{cf.large_bytes['all_reduce'] / 2**20:.0f} MiB on {n} GPUs of one node"),
+            "note": f"busbw GB/s at the largest message: {others}; of {link} GB/s per direction"}
+        measured["scaleup_latency_us"] = {
+            "value": cf.step_latency_us, "sources": src,
+            "conditions": f"smallest message ({min(cf.small_bytes.values())} B) time / ring steps, median over "
+                          f"collectives, {n} GPUs",
+            "note": ", ".join(f"{op} {v:.1f} us/step" for op, v in sorted(cf.latency_us.items()))}
+        notes.append(f"Collectives measured on {n} GPUs of one node only: efficiencies of larger "
+                     f"NVSwitch domains and of the NIC are not measured (NIC figures kept from {base_id}).")
+    base_meas = base_doc.get("measured") or {}
+    for k in ("nic_efficiency", "nic_latency_us"):
+        if k in base_meas:
+            measured[k] = copy.deepcopy(base_meas[k])
+    for k in ("hbm_efficiency", "scaleup_efficiency", "scaleup_latency_us"):
+        if k not in measured and k in base_meas:
+            measured[k] = copy.deepcopy(base_meas[k])
+    for dtype, curve in (base_meas.get("gemm_efficiency") or {}).items():
+        measured["gemm_efficiency"].setdefault(dtype, copy.deepcopy(curve))
+    doc["measured"] = measured
+    if dev.get("mem_total_bytes"):
+        doc["memory"]["usable_gib"] = {
+            "value": round(dev["mem_total_bytes"] / 2**30, 2), "sources": src,
+            "conditions": "torch.cuda.mem_get_info() total; CUDA context and allocator reserve are charged "
+                          "by the cost model"}
+    doc["notes"] = list(doc.get("notes") or []) + notes
+    chip_from_doc(doc, f"profile result for {doc['id']}")   # never write an invalid file
+    return {k: doc[k] for k in _TOP_ORDER if k in doc} | {k: v for k, v in doc.items() if k not in _TOP_ORDER}
+
+
+# -- YAML text ----------------------------------------------------------------------------
+
+
+def _flow(v: Any) -> str:
+    text = yaml.safe_dump(v, default_flow_style=True, sort_keys=False, width=10**9, allow_unicode=True)
+    if text.endswith("\n...\n"):          # a plain scalar gets an explicit document end
+        text = text[: -len("\n...\n")]
+    return text.strip()
+
+
+def _is_leaf_map(v: Any) -> bool:
+    return isinstance(v, dict) and ("value" in v or "points" in v)
+
+
+def _emit(d: dict, indent: int, out: list[str]) -> None:
+    pad = " " * indent
+    for k, v in d.items():
+        key = _flow(k) if not isinstance(k, str) else (k if _flow(k) == k else _flow(k))
+        if _is_leaf_map(v) or not isinstance(v, (dict, list)) or (isinstance(v, list) and not v):
+            out.append(f"{pad}{key}: {_flow(v)}")
+        elif isinstance(v, dict):
+            out.append(f"{pad}{key}:")
+            _emit(v, indent + 2, out)
+        else:
+            out.append(f"{pad}{key}:")
+            for item in v:
+                out.append(f"{pad}  - {_flow(item)}")
+
+
+def dump_chip_yaml(doc: dict, header: str = "") -> str:
+    """Block style for structure, flow style for each sourced value and curve."""
+    out = [f"# {line}" if line else "#" for line in header.splitlines()]
+    _emit(doc, 0, out)
+    text = "\n".join(out) + "\n"
+    if yaml.safe_load(text) != json.loads(json.dumps(doc)):       # round-trip guard
+        raise RuntimeError("internal error: chip YAML does not round-trip")
+    return text
+
+
+def write_atomic(path: str | Path, text: str) -> None:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, p)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def raw_path_for(out: str | Path) -> Path:
+    out = Path(out)
+    return out.with_name(out.stem + ".raw.json")
+
+
+def write_profile(out: str | Path, raw: dict, base: str, catalog: list[str] | tuple[str, ...] = (),
+                  chip_id: str | None = None, write_raw: bool = True) -> dict:
+    """Fit `raw`, write `out` (chip YAML) and, if asked, `<out stem>.raw.json`. Returns the chip doc."""
+    base_path, base_doc = resolve_base(base, catalog)
+    doc = build_chip_doc(base_doc, raw, chip_id)
+    header = (f"Measured chip file written by `baige-plan profile` (base: {base_doc['id']}).\n"
+              f"Re-fit offline from the raw samples: python -m baige_plan.profile.measure --refit "
+              f"{raw_path_for(out).name} --base {base_doc['id']}")
+    if write_raw:
+        write_atomic(raw_path_for(out), json.dumps(raw, indent=1, sort_keys=True) + "\n")
+    write_atomic(out, dump_chip_yaml(doc, header))
+    return doc
