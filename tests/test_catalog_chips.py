@@ -164,7 +164,6 @@ def _measured(row: dict, metric: str):
 
 
 @pytest.mark.parametrize(("chip_id", "dtype", "metric", "peak_field"), [
-    ("a100-sxm4-80g", "bf16", "bf16_gemm_tflops_MAMF", "bf16_tflops"),
     ("h100-sxm5-80g", "bf16", "bf16_gemm_tflops_MAMF", "bf16_tflops"),
     ("h100-sxm5-80g", "fp8", "fp8_gemm_tflops_MAMF", "fp8_tflops"),
     ("h200-sxm-141g", "fp8", "fp8_gemm_tflops_MAMF", "fp8_tflops"),
@@ -173,6 +172,7 @@ def _measured(row: dict, metric: str):
     ("gaudi2", "bf16", "bf16_gemm_tflops_MAMF", "bf16_tflops"),
 ])
 def test_gemm_top_point_is_measured_fraction(chip_id, dtype, metric, peak_field, reference) -> None:
+    # a100-sxm4-80g is left out: its curve is the calibration template owned by the cost model.
     path = CHIPS_DIR / f"{chip_id}.yaml"
     row = reference[_raw(path)["reference_id"]]
     want = _measured(row, metric) / row[peak_field]
