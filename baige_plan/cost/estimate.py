@@ -242,9 +242,9 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
     grads = dense_p * g_b + expert_p * ge_b
     optim = dense_p * k_b + expert_p * ke_b
     if s.zero >= 3:
-        # two gathered layers live at once (current + prefetch)
+        # gathered 16-bit weights live at once: the matrix in use + the prefetched one
         layer_full = max(dense_p + expert_p - emb_p, 0.0) / max(n_layers, 1)
-        weights += 2 * 2 * layer_full * min(2, n_layers) / 2
+        weights += 2 * 2 * layer_full / ZERO3_COLLECTIVES_PER_LAYER
     inflight = inflight_microbatches(s.pp, s.vpp, m, index)
     activations = act * inflight + extra_act + act_layer_full
     other = FRAMEWORK_RESERVE_GIB * GIB

@@ -1,0 +1,20 @@
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: install test lint bench validate
+
+install:
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q -e '.[dev]'
+
+test:
+	$(PY) -m pytest -q
+
+lint:
+	$(VENV)/bin/ruff check baige_plan tests benchmarks
+
+bench:
+	$(PY) benchmarks/run_all.py
+
+validate:
+	$(VENV)/bin/baige-plan backtest ../shared/reference/published_calibration.yaml

@@ -1,0 +1,44 @@
+"""The Typer app: one thin module per command; errors become one line + exit code."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+from baige_plan import __version__
+from baige_plan.cli.evaluate import evaluate
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Plan parallel training of large models on big and mixed accelerator clusters.")
+app.command("evaluate")(evaluate)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"baige-plan {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print the version and exit.")) -> None:
+    """baige-plan: given a model, a cluster and a batch, find the fastest parallel plan that fits."""
+
+
+def main() -> None:
+    from baige_plan.errors import InputError, SpecError
+    try:
+        app(standalone_mode=True)
+    except (InputError, SpecError) as e:   # a command that forgot to catch: still one line, exit 2
+        print(f"baige-plan: {e}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as e:  # noqa: BLE001 - never show users a traceback
+        if os.environ.get("BAIGE_PLAN_DEBUG"):
+            raise
+        print(f"baige-plan: internal error: {type(e).__name__}: {e} (set BAIGE_PLAN_DEBUG=1 for a traceback)",
+              file=sys.stderr)
+        sys.exit(70)

@@ -1,0 +1,94 @@
+"""`baige-plan evaluate`: estimate one strategy (or re-estimate a plan file)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from baige_plan.cli.common import Attention, CatalogOpt, Fmt, Precision, Recompute, fail_input, note
+from baige_plan.cost.estimate import estimate
+from baige_plan.errors import InputError, SpecError
+from baige_plan.io.catalog import Catalog
+from baige_plan.io.render import estimate_tables, print_tables
+from baige_plan.io.serialize import estimate_dict, to_json, to_yaml
+from baige_plan.specs.job import JobSpec
+from baige_plan.specs.strategy import StrategySpec, infer_dp
+
+
+def evaluate(
+    model: str = typer.Argument(None, help="Built-in model name, model YAML, or Hugging Face config.json."),
+    cluster: str = typer.Argument(None, help="Built-in topology, topology YAML, or CHIP:NODESxDEVICES[+...]."),
+    plan: Path = typer.Option(None, "--plan", help="Re-estimate this plan file as written."),
+    global_batch: int = typer.Option(None, "--global-batch", help="Sequences per optimizer step "
+                                     "[default: dp x micro-batch x 4 x pp]."),
+    seq_len: int = typer.Option(None, "--seq-len", help="Sequence length [default: the model's]."),
+    precision: Precision = typer.Option(Precision.bf16, "--precision"),
+    tp: int = typer.Option(1, "--tp"),
+    pp: int = typer.Option(1, "--pp"),
+    dp: int = typer.Option(None, "--dp", help="[default: devices / (tp x pp x cp)]"),
+    cp: int = typer.Option(1, "--cp"),
+    ep: int = typer.Option(1, "--ep"),
+    etp: int = typer.Option(1, "--etp", help="Expert tensor parallel size."),
+    zero: int = typer.Option(1, "--zero", min=0, max=3, help="ZeRO stage (1 = distributed optimizer)."),
+    micro_batch: int = typer.Option(1, "--micro-batch"),
+    vpp: int = typer.Option(1, "--vpp", help="Model chunks per device (interleaved 1F1B); 1 = none."),
+    recompute: Recompute = typer.Option(Recompute.selective, "--recompute"),
+    sequence_parallel: bool = typer.Option(None, "--sequence-parallel/--no-sequence-parallel",
+                                           help="[default: on when tp > 1]"),
+    attention: Attention = typer.Option(Attention.flash, "--attention",
+                                        help="flash (fused kernels) or standard (materialised scores, 2021-era)."),
+    first_stage_layers: int = typer.Option(None, "--first-stage-layers", help="Uneven pipeline split."),
+    last_stage_layers: int = typer.Option(None, "--last-stage-layers", help="Uneven pipeline split."),
+    max_memory_frac: float = typer.Option(1.0, "--max-memory-frac", help="Fraction of device memory allowed."),
+    fmt: Fmt = typer.Option(Fmt.table, "--format"),
+    catalog: list[str] = CatalogOpt,
+) -> None:
+    """Estimate step time, MFU and memory of one strategy. Exits 1 (printing fits: false) when it does not fit."""
+    try:
+        cat = Catalog.create(catalog or [])
+        if plan is not None:
+            from baige_plan.io.plans import evaluate_plan_file
+            doc, fits = evaluate_plan_file(plan)
+            _emit_doc(doc, fmt, fits)
+            return
+        if model is None or cluster is None:
+            raise InputError("evaluate", "MODEL CLUSTER", "give a model and a cluster, or --plan PLAN_FILE")
+        m = cat.model(model)
+        cl, bridged = cat.cluster(cluster)
+        if bridged:
+            note("shorthand mixes chip families: added a default cpu-forwarding bridge")
+        if dp is None:
+            dp = infer_dp(cl.devices, tp, pp, cp)
+        if global_batch is None:
+            global_batch = dp * micro_batch * 4 * pp
+            note(f"--global-batch not given: using dp x micro-batch x 4 x pp = {global_batch}")
+        job = JobSpec(global_batch=global_batch, seq_len=seq_len or m.seq_len, precision=precision.value)
+        s = StrategySpec(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, zero=zero, micro_batch=micro_batch, vpp=vpp,
+                         recompute=recompute.value, sequence_parallel=sequence_parallel, attention=attention.value,
+                         first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers)
+        if not 0 < max_memory_frac <= 1:
+            raise SpecError("--max-memory-frac", f"must be in (0, 1], got {max_memory_frac}")
+        e = estimate(m, cl, job, s, memory_frac=max_memory_frac)
+    except InputError as ex:
+        fail_input(ex)
+    except SpecError as ex:
+        fail_input(ex, "strategy")
+    if fmt is Fmt.table:
+        print_tables(estimate_tables(e, f"{m.name} on {cl.name}  (global batch {job.global_batch}, seq {job.seq_len}, "
+                                        f"{job.precision})"))
+    else:
+        _emit_doc(estimate_dict(e), fmt, e.fits, table_ok=False)
+        if not e.fits:
+            pass
+    if not e.fits:
+        from baige_plan.cli.common import err
+        err(e.bottleneck)
+        raise typer.Exit(1)
+
+
+def _emit_doc(doc: dict, fmt: Fmt, fits: bool, table_ok: bool = True) -> None:
+    if fmt is Fmt.yaml:
+        typer.echo(to_yaml(doc), nl=False)
+    else:
+        typer.echo(to_json(doc), nl=False)

@@ -1,0 +1,48 @@
+"""Rich rendering of estimates for humans (stdout tables). Only this module imports rich tables."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from baige_plan.cost.estimate import Estimate
+
+
+def _fmt_s(x: float) -> str:
+    return f"{x:.3g} s" if x >= 0.01 or x == 0 else f"{x * 1e3:.3g} ms"
+
+
+def estimate_tables(e: Estimate, title: str) -> list[Table]:
+    s = e.strategy
+    head = Table(title=title, show_header=False, title_justify="left")
+    head.add_column("k", style="bold")
+    head.add_column("v")
+    strat = (f"tp {s.tp}  pp {s.pp}  dp {s.dp}  cp {s.cp}  ep {s.ep}  etp {s.etp}  zero {s.zero}  mb {s.micro_batch}  "
+             f"vpp {s.vpp}  recompute {s.recompute}  sp {'on' if s.sequence_parallel else 'off'}  attn {s.attention}")
+    head.add_row("strategy", strat)
+    head.add_row("fits", "[green]yes[/]" if e.fits else "[red]NO[/]")
+    head.add_row("step time", _fmt_s(e.step_time_s))
+    head.add_row("throughput", f"{e.tokens_per_s:,.0f} tokens/s ({e.tokens_per_s_per_device:,.1f} per device)")
+    head.add_row("MFU / HFU", f"{e.mfu:.1%} / {e.hfu:.1%}  ({e.model_tflops_per_device:.1f} model TFLOP/s per device)")
+    head.add_row("peak memory", f"{e.peak_memory_gib:.1f} GiB of {e.capacity_gib:.1f} GiB")
+    head.add_row("micro-batches", f"{e.micro_batches} per replica per step")
+    head.add_row("bottleneck", e.bottleneck)
+    br = Table(title="step time breakdown (critical stage)", title_justify="left")
+    br.add_column("part")
+    br.add_column("seconds", justify="right")
+    br.add_column("share", justify="right")
+    for k, v in e.breakdown_s.items():
+        br.add_row(k, f"{v:.4g}", f"{v / e.step_time_s:.1%}" if e.step_time_s else "-")
+    mem = Table(title="memory per device (peak stage)", title_justify="left")
+    mem.add_column("kind")
+    mem.add_column("GiB", justify="right")
+    for k, v in e.memory_gib.items():
+        mem.add_row(k, f"{v:.2f}")
+    mem.add_row("[bold]total[/]", f"[bold]{e.peak_memory_gib:.2f}[/]")
+    return [head, br, mem]
+
+
+def print_tables(tables: list[Table]) -> None:
+    console = Console(width=max(Console().width, 100))
+    for t in tables:
+        console.print(t)

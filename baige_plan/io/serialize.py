@@ -1,0 +1,91 @@
+"""Estimate -> contract dict (SPEC §3 estimate JSON), rounding, and JSON/YAML text.
+
+Floats are rounded to 6 significant digits so identical inputs give byte-identical output and
+no platform noise leaks into plan files.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import yaml
+
+from baige_plan.cost.estimate import Estimate
+from baige_plan.specs.strategy import StrategySpec
+
+ESTIMATE_SCHEMA = "baige-plan/estimate/v1"
+CONVENTIONS = ("mfu: model FLOPs of Megatron-LM num_floating_point_operations (causal attention, no "
+               "recomputation) / (step time x devices x dense peak); hfu: executed FLOPs incl. recomputation")
+
+
+def rnd(x: Any, digits: int = 6) -> Any:
+    """Round floats (recursively) to `digits` significant digits; ints, strings, bools untouched."""
+    if isinstance(x, bool) or x is None or isinstance(x, (int, str)):
+        return x
+    if isinstance(x, float):
+        if x == 0 or not math.isfinite(x):
+            return 0.0 if x == 0 else x
+        return float(f"{x:.{digits}g}")
+    if isinstance(x, dict):
+        return {k: rnd(v, digits) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [rnd(v, digits) for v in x]
+    return x
+
+
+def strategy_dict(s: StrategySpec, global_batch: int) -> dict:
+    d = {"tp": s.tp, "pp": s.pp, "dp": s.dp, "cp": s.cp, "ep": s.ep, "zero": s.zero, "micro_batch": s.micro_batch,
+         "global_batch": global_batch, "vpp": s.vpp, "recompute": s.recompute,
+         "sequence_parallel": bool(s.sequence_parallel), "etp": s.etp, "attention": s.attention}
+    if s.first_stage_layers is not None:
+        d["first_stage_layers"] = s.first_stage_layers
+    if s.last_stage_layers is not None:
+        d["last_stage_layers"] = s.last_stage_layers
+    return d
+
+
+def estimate_dict(e: Estimate) -> dict:
+    d = {
+        "schema": ESTIMATE_SCHEMA,
+        "strategy": strategy_dict(e.strategy, e.global_batch),
+        "fits": e.fits,
+        "step_time_s": e.step_time_s,
+        "tokens_per_s": e.tokens_per_s,
+        "tokens_per_s_per_device": e.tokens_per_s_per_device,
+        "model_tflops_per_device": e.model_tflops_per_device,
+        "mfu": e.mfu,
+        "hfu": e.hfu,
+        "peak_memory_gib": e.peak_memory_gib,
+        "breakdown_s": dict(e.breakdown_s),
+        "memory_gib": dict(e.memory_gib),
+        "memory_capacity_gib": e.capacity_gib,
+        "micro_batches": e.micro_batches,
+        "devices": e.devices,
+        "bottleneck": e.bottleneck,
+        "stages": [{"index": st.index, "layers": list(st.layers), "time_per_micro_batch_s": st.time_s,
+                    "memory_gib": st.memory_gib} for st in e.stages],
+        "conventions": CONVENTIONS,
+    }
+    return rnd(d)
+
+
+def to_json(doc: Any) -> str:
+    return json.dumps(doc, indent=2, sort_keys=False, ensure_ascii=False) + "\n"
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+def _repr_list(dumper, data):
+    flow = all(isinstance(x, (int, float, str, bool)) or x is None for x in data) and len(data) <= 8
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow)
+
+
+_Dumper.add_representer(list, _repr_list)
+
+
+def to_yaml(doc: Any) -> str:
+    return yaml.dump(doc, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=120, default_flow_style=False)
