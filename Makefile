@@ -17,4 +17,4 @@ bench:
 	$(PY) benchmarks/run_all.py
 
 validate:
-	$(VENV)/bin/baige-plan backtest ../shared/reference/published_calibration.yaml
+	$(VENV)/bin/baige-plan backtest tests/data/published_calibration.yaml

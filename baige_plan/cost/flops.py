@@ -51,8 +51,8 @@ def narayanan_eq3_flops(batch: int, seq_len: int, layers: int, hidden: int, voca
     activation recomputation (4 forward-equivalents), GPT with ffn = 4h:
         F = 96 B s l h^2 (1 + s/(6h) + V/(16 l h)).
     Used to turn the paper's TFLOP/s into step times."""
-    B, s, l, h, V = batch, seq_len, layers, hidden, vocab
-    return 96.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (16.0 * l * h))
+    B, s, L, h, V = batch, seq_len, layers, hidden, vocab
+    return 96.0 * B * s * L * h * h * (1.0 + s / (6.0 * h) + V / (16.0 * L * h))
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ class EfficiencyCurve:
         if gemm_flops >= pts[-1][0]:
             return pts[-1][1]
         x = math.log10(gemm_flops)
-        for (f0, e0), (f1, e1) in zip(pts, pts[1:]):
+        for (f0, e0), (f1, e1) in zip(pts, pts[1:], strict=False):
             if gemm_flops <= f1:
                 x0, x1 = math.log10(f0), math.log10(f1)
                 return e0 + (e1 - e0) * (x - x0) / (x1 - x0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from baige_plan.errors import SpecError, require
+from baige_plan.errors import require
 
 ACTIVATIONS = ("swiglu", "gelu")
 
