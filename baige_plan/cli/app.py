@@ -9,12 +9,16 @@ import typer
 
 from baige_plan import __version__
 from baige_plan.cli.backtest import backtest
+from baige_plan.cli.catalog import catalog
 from baige_plan.cli.evaluate import evaluate
+from baige_plan.cli.validate import validate
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Plan parallel training of large models on big and mixed accelerator clusters.")
 app.command("evaluate")(evaluate)
 app.command("backtest")(backtest)
+app.command("catalog")(catalog)
+app.command("validate")(validate)
 
 
 def _version(value: bool) -> None:

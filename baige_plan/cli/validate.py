@@ -1,0 +1,62 @@
+"""`baige-plan validate FILE...`: schema check of chip, model, topology, runs and plan files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from baige_plan.cli.common import CatalogOpt, err
+from baige_plan.errors import InputError, SpecError
+from baige_plan.io.catalog import Catalog
+from baige_plan.io.yamlio import read_document
+
+
+def _check_one(path: Path, cat: Catalog) -> str:
+    doc = read_document(path)
+    if isinstance(doc, dict) and "model_type" in doc:
+        from baige_plan.io.hf_config import load_hf_config
+        load_hf_config(path)
+        return "hf-config"
+    schema = doc.get("schema") if isinstance(doc, dict) else None
+    if schema == "baige-plan/chip/v1":
+        cat.chip(str(path))
+        return "chip"
+    if schema == "baige-plan/model/v1":
+        cat.model(str(path))
+        return "model"
+    if schema == "baige-plan/topology/v1":
+        cat.cluster(str(path))
+        return "topology"
+    if schema == "baige-plan/plan/v1":
+        from baige_plan.io.plans import evaluate_plan_file
+        evaluate_plan_file(path)
+        return "plan"
+    if isinstance(doc, dict) and "rows" in doc:
+        from baige_plan.io.runs import load_runs
+        load_runs(path, cat)
+        return "runs"
+    raise InputError(str(path), "schema", f"unknown or missing schema {schema!r} (chip, model, topology, plan or a runs "
+                     "file with rows:)")
+
+
+def validate(files: list[Path] = typer.Argument(..., help="Files to check."), catalog: list[str] = CatalogOpt) -> None:
+    """Check each file against its schema; print one line per problem and exit 2 if any."""
+    bad = 0
+    try:
+        cat = Catalog.create(catalog or [])
+    except InputError as e:
+        err(str(e))
+        raise typer.Exit(2) from None
+    for f in files:
+        try:
+            kind = _check_one(f, cat)
+            typer.echo(f"ok  {f} ({kind})")
+        except InputError as e:
+            bad += 1
+            err(str(e))
+        except SpecError as e:
+            bad += 1
+            err(f"{f}: {e.field}: {e.reason}")
+    if bad:
+        raise typer.Exit(2)
