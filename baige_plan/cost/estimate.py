@@ -107,8 +107,23 @@ def _placement_per_node(dpn: int, inner: int, size: int) -> int:
     return max(1, min(size, dpn // inner))
 
 
+def homogeneous_pp_link(group: GroupSpec, s: StrategySpec) -> C.Link:
+    """Link between neighbouring stages of one group: NVLink when the pipeline stride
+    (tp*cp*dp ranks) keeps neighbours in a node, else the per-device NIC."""
+    stride = s.tp * s.cp * s.dp
+    if stride < group.devices_per_node and group.devices_per_node % (stride * 2) == 0:
+        return C.Link(group.chip.need("scaleup_p2p_GBps") * (group.chip.scaleup_efficiency or C.DEFAULT_SCALEUP_EFF),
+                      2, (C.LAUNCH_US + C.SCALEUP_STEP_US) * 1e-6)
+    return C.Link(group.nic_GBps * (group.chip.nic_efficiency or C.DEFAULT_NIC_EFF), 2,
+                  (C.LAUNCH_US + C.NIC_STEP_US) * 1e-6, "nic")
+
+
 def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec, index: int,
-               first_layer: int, n_layers: int, m: int) -> StageCost:
+               first_layer: int, n_layers: int, m: int,
+               p2p_links: tuple[C.Link | None, C.Link | None] | None = None) -> StageCost:
+    """Cost of pipeline stage `index` (layers [first_layer, first_layer + n_layers)) on `group`,
+    per micro-batch, plus its memory. `p2p_links` = (link to the previous stage, link to the next)
+    for heterogeneous pipelines; default: both from `homogeneous_pp_link`."""
     r = ChipRates.of(group.chip, job.precision)
     seq = job.seq_len
     dpn = group.devices_per_node
@@ -196,8 +211,6 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
 
     last = index == s.pp - 1
     extra_act = 0.0
-    if index == 0 or (model.tie_embeddings is False and last) or (last and s.pp == 1):
-        pass
     emb_p = 0.0
     if index == 0:
         emb_p += model.vocab * model.hidden / s.tp
@@ -219,18 +232,12 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
     # Pipeline p2p: each stage boundary sends b*s*h (scatter-gather / SP: /tp) forward and backward.
     pp_t = 0.0
     if s.pp > 1:
-        stride = s.tp * s.cp * s.dp
-        same_node = stride < group.devices_per_node and group.devices_per_node % (stride * 2) == 0
-        if same_node:
-            link = C.Link(group.chip.need("scaleup_p2p_GBps") * (group.chip.scaleup_efficiency or 0.78), 2,
-                          (C.LAUNCH_US + C.SCALEUP_STEP_US) * 1e-6)
-        else:
-            link = C.Link(group.nic_GBps * (group.chip.nic_efficiency or C.DEFAULT_NIC_EFF), 2,
-                          (C.LAUNCH_US + C.NIC_STEP_US) * 1e-6, "nic")
+        prev_link, next_link = p2p_links if p2p_links is not None else (homogeneous_pp_link(group, s),) * 2
         msg = tokens * model.hidden * act_bytes / s.tp
-        per_dir = C.p2p_s(msg, link) * s.vpp
-        sends = (1 if index < s.pp - 1 else 0) + (1 if index > 0 else 0)
-        pp_t = sends * per_dir
+        if index > 0 and prev_link is not None:
+            pp_t += C.p2p_s(msg, prev_link) * s.vpp
+        if index < s.pp - 1 and next_link is not None:
+            pp_t += C.p2p_s(msg, next_link) * s.vpp
         fwd += pp_t / 2
         bwd += pp_t / 2
 
