@@ -89,6 +89,9 @@ class Estimate:
     devices: int
     bottleneck: str
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # heterogeneous plans: per shape (replicas, micro-batches, stage costs, pipeline seconds)
+    shapes: tuple[tuple[int, int, tuple[StageCost, ...], float], ...] = ()
+    bridge_traffic: tuple[tuple[str, str, str, float], ...] = ()   # (group a, group b, kind, seconds per step)
 
 
 def _gemm_set(model: ModelSpec, s: StrategySpec, seq_len: int, moe_layer: bool) -> tuple[list[Gemm], list[Gemm]]:

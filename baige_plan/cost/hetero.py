@@ -1,0 +1,179 @@
+"""Heterogeneous plans: pipeline shapes with stages on different groups (chips, families), each
+stage with its own tp, layer range and the shape's share of the batch.
+
+Per shape j (replicas r_j, micro-batches m_j per replica), stage i on group g_i with tp_i:
+    t_ij = stage_cost(...)  (compute on g_i's chip, TP inside a g_i node, p2p to its neighbours
+           over scale-up, NIC or the bridge between the two groups' families)
+    T_j  = m_j * max_i t_ij + (sum_i t_ij - max_i t_ij)           (unequal 1F1B stages, SPEC §5)
+DP gradient sync for the layers of stage i: reduce-scatter/all-reduce among the r_j replicas of
+the shape (intra-group), then, when other shapes also hold those layers, an all-reduce of the
+shards among the k shapes over the slowest path between their groups (bridge when families
+differ: the node's bridge bandwidth shared by its devices) -- hierarchical, as Baige keeps heavy
+traffic inside a family. Overlapped with the last backward like homogeneous DP.
+Step: T = max_j (T_j + exposed DP_j) + optimizer. Shapes with fewer micro-batches finish early:
+that idle time is the straggler cost of an uneven batch split.
+"""
+
+from __future__ import annotations
+
+from baige_plan.cost import collectives as C
+from baige_plan.cost.compute import ChipRates
+from baige_plan.cost.estimate import (
+    ADAM_BYTES_PER_PARAM,
+    GRAD_BYTES,
+    Estimate,
+    StageCost,
+    _bottleneck,
+    stage_cost,
+)
+from baige_plan.cost.flops import megatron_model_flops
+from baige_plan.specs.job import JobSpec
+from baige_plan.specs.model import ModelSpec
+from baige_plan.specs.pipeline import PipelineShape, PipelinesSpec, StageSpec, check_pipelines
+from baige_plan.specs.strategy import StrategySpec
+from baige_plan.specs.topology import ClusterSpec, GroupSpec
+
+
+def path_link(cluster: ClusterSpec, a: GroupSpec, b: GroupSpec, devices_on_node: int) -> C.Link:
+    """Per-device link between devices of groups a and b: scale-up/NIC inside a family, the
+    bridge across families (its per-node bandwidth shared by the devices sending at once)."""
+    if a.family != b.family:
+        br = cluster.bridge(a.name, b.name)
+        assert br is not None   # ClusterSpec guarantees a bridge between families
+        return C.bridge_link(br, max(1, devices_on_node))
+    nic = min(a.nic_GBps * (a.chip.nic_efficiency or C.DEFAULT_NIC_EFF),
+              b.nic_GBps * (b.chip.nic_efficiency or C.DEFAULT_NIC_EFF))
+    return C.Link(nic, 2, (C.LAUNCH_US + C.NIC_STEP_US) * 1e-6, "nic")
+
+
+def _stage_strategy(p: PipelinesSpec, sh: PipelineShape, st: StageSpec) -> StrategySpec:
+    return StrategySpec(tp=st.tp, pp=len(sh.stages), dp=sh.replicas, micro_batch=p.micro_batch, zero=p.zero,
+                        recompute=p.recompute, sequence_parallel=p.sequence_parallel and st.tp > 1,
+                        attention=p.attention)
+
+
+def _p2p_links(cluster: ClusterSpec, sh: PipelineShape, i: int) -> tuple[C.Link | None, C.Link | None]:
+    def link(a: StageSpec, b: StageSpec) -> C.Link:
+        ga, gb = cluster.group(a.group), cluster.group(b.group)
+        if ga.name == gb.name:
+            same_node = (a.tp * sh.replicas * 2 <= ga.devices_per_node)
+            if same_node:
+                return C.Link(ga.chip.need("scaleup_p2p_GBps") * (ga.chip.scaleup_efficiency or C.DEFAULT_SCALEUP_EFF),
+                              2, (C.LAUNCH_US + C.SCALEUP_STEP_US) * 1e-6)
+        return path_link(cluster, ga, gb, min(ga.devices_per_node, a.tp * sh.replicas))
+    st = sh.stages
+    prev = link(st[i], st[i - 1]) if i > 0 else None
+    nxt = link(st[i], st[i + 1]) if i < len(st) - 1 else None
+    return prev, nxt
+
+
+def estimate_pipelines(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: PipelinesSpec,
+                       memory_frac: float = 1.0) -> Estimate:
+    check_pipelines(p, model, cluster, job)
+    shapes = []
+    for sh in p.shapes:
+        costs = []
+        for i, st in enumerate(sh.stages):
+            g = cluster.group(st.group)
+            s = _stage_strategy(p, sh, st)
+            costs.append(stage_cost(model, g, job, s, i, st.layers[0], st.n_layers, sh.micro_batches,
+                                    p2p_links=_p2p_links(cluster, sh, i)))
+        times = [c.time_s for c in costs]
+        pipe = sh.micro_batches * max(times) + (sum(times) - max(times))
+        shapes.append((sh, tuple(costs), pipe))
+
+    bridge_traffic: dict[tuple[str, str, str], float] = {}
+    step = 0.0
+    crit = None
+    for sh, costs, pipe in shapes:
+        dp_exposed = 0.0
+        for st, c in zip(sh.stages, costs, strict=True):
+            g = cluster.group(st.group)
+            tot = _intra_dp_s(c, g, sh, st, p)
+            # cross-shape sync of this stage's layers (hierarchical: shards after the intra reduce)
+            others = [(o, ost) for o, _, _ in shapes if o is not sh for ost in o.stages
+                      if ost.layers[0] < st.layers[1] and st.layers[0] < ost.layers[1]]
+            if others:
+                k = 1 + len({id(o) for o, _ in others})
+                shard = (c.dense_params + c.expert_params) * GRAD_BYTES / max(1, sh.replicas)
+                links = [path_link(cluster, g, cluster.group(ost.group), min(g.devices_per_node, st.tp * sh.replicas))
+                         for _, ost in others]
+                slow = min(links, key=lambda lk: lk.busbw_GBps)
+                cross = C.all_reduce_s(shard, C.Link(slow.busbw_GBps, k, slow.alpha_s, slow.crosses))
+                tot += cross
+                if slow.crosses == "bridge":
+                    og = cluster.group(others[links.index(slow)][1].group)
+                    key = tuple(sorted((g.name, og.name))) + ("dp-gradients",)
+                    bridge_traffic[key] = max(bridge_traffic.get(key, 0.0), cross)
+            window = c.bwd_s * (1 - 1 / max(1, st.n_layers)) + (c.fwd_s if p.zero >= 1 else 0.0)
+            dp_exposed = max(dp_exposed, tot - min(tot, window))
+        for i in range(len(sh.stages) - 1):
+            a, b = cluster.group(sh.stages[i].group), cluster.group(sh.stages[i + 1].group)
+            if a.family != b.family:
+                key = tuple(sorted((a.name, b.name))) + ("pp-activations",)
+                bridge_traffic[key] = bridge_traffic.get(key, 0.0) + costs[i].pp_s * sh.micro_batches
+        total = pipe + dp_exposed
+        if total >= step:
+            step, crit = total, (sh, costs, pipe, dp_exposed)
+    assert crit is not None
+    sh, costs, pipe, dp_exposed = crit
+
+    opt_s = 0.0
+    for s_, costs_, _ in shapes:
+        for st, c in zip(s_.stages, costs_, strict=True):
+            r = ChipRates.of(cluster.group(st.group).chip, job.precision)
+            owned = (c.dense_params + c.expert_params) / (s_.replicas if p.zero >= 1 else 1)
+            opt_s = max(opt_s, owned * ADAM_BYTES_PER_PARAM / r.hbm_Bps)
+    step += opt_s
+
+    used = p.devices_by_group()
+    devices = sum(used.values())
+    peak_sum = sum(n * ChipRates.of(cluster.group(gname).chip, job.precision).peak_flops for gname, n in used.items())
+    tokens = job.global_batch * job.seq_len
+    mflops = megatron_model_flops(model, job.global_batch, job.seq_len)
+    hw = sum(c.hw_flops * s_.micro_batches * s_.replicas * st.tp
+             for s_, costs_, _ in shapes for st, c in zip(s_.stages, costs_, strict=True))
+    times = [c.time_s for c in costs]
+    t_max = max(times)
+    cstage = costs[times.index(t_max)]
+    m = sh.micro_batches
+    breakdown = {"compute": m * cstage.compute_s, "tp_comm": m * cstage.tp_s, "cp_comm": 0.0, "ep_comm": m * cstage.ep_s,
+                 "pp_comm": m * cstage.pp_s, "pp_bubble": pipe - m * t_max, "dp_comm_exposed": dp_exposed,
+                 "optimizer": opt_s}
+    fits = True
+    worst: tuple[float, StageCost, float] | None = None
+    for s_, costs_, _ in shapes:
+        for st, c in zip(s_.stages, costs_, strict=True):
+            cap = cluster.group(st.group).chip.need("memory_gib")
+            frac = c.memory_gib / cap
+            if c.memory_gib > cap * memory_frac:
+                fits = False
+            if worst is None or frac > worst[0]:
+                worst = (frac, c, cap)
+    assert worst is not None
+    _, mstage, cap = worst
+    memory = {"weights": mstage.weights_gib, "grads": mstage.grads_gib, "optimizer": mstage.optimizer_gib,
+              "activations": mstage.activations_gib, "other": mstage.other_gib}
+    first = p.shapes[0]
+    summary = StrategySpec(tp=max(st.tp for st in first.stages), pp=len(first.stages),
+                           dp=sum(s_.replicas for s_ in p.shapes), micro_batch=p.micro_batch, zero=p.zero,
+                           recompute=p.recompute, sequence_parallel=p.sequence_parallel and
+                           any(st.tp > 1 for st in first.stages), attention=p.attention)
+    return Estimate(strategy=summary, global_batch=job.global_batch, fits=fits, step_time_s=step,
+                    tokens_per_s=tokens / step, tokens_per_s_per_device=tokens / step / devices,
+                    model_tflops_per_device=mflops / step / devices / 1e12, mfu=mflops / (step * peak_sum),
+                    hfu=hw / (step * peak_sum), peak_memory_gib=mstage.memory_gib, capacity_gib=cap,
+                    breakdown_s=breakdown, memory_gib=memory, stages=costs, micro_batches=m, devices=devices,
+                    bottleneck=_bottleneck(breakdown, step, fits, mstage.memory_gib, cap * memory_frac, 0.0),
+                    shapes=tuple((s_.replicas, s_.micro_batches, c_, t_) for s_, c_, t_ in shapes),
+                    bridge_traffic=tuple((a, b, kind, t) for (a, b, kind), t in sorted(bridge_traffic.items())))
+
+
+def _intra_dp_s(c: StageCost, g: GroupSpec, sh: PipelineShape, st: StageSpec, p: PipelinesSpec) -> float:
+    """DP sync among the shape's replicas of one stage (distributed optimizer: RS grads + AG params)."""
+    per_node = max(1, g.devices_per_node // st.tp)
+    link = C.group_link(g, sh.replicas, min(per_node, sh.replicas))
+    params = c.dense_params + c.expert_params
+    if p.zero == 0:
+        return C.all_reduce_s(params * GRAD_BYTES, link)
+    return C.reduce_scatter_s(params * GRAD_BYTES, link) + C.all_gather_s(params * 2, link)
