@@ -110,6 +110,79 @@ def _placement_per_node(dpn: int, inner: int, size: int) -> int:
     return max(1, min(size, dpn // inner))
 
 
+def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, tokens: float, sp: bool, std: bool,
+                 links: tuple, moe: bool) -> dict[str, float]:
+    """Time, FLOPs, parameters and activations of one transformer layer on one device, per micro-batch."""
+    tp_link, cp_link, ep_link, etp_link = links
+    act_bytes = r.act_bytes
+    fwd = bwd = rec = comp = tp_t = ep_t = cp_t = hw_flops = 0.0
+    dense_p = expert_p = act = act_layer_full = 0.0
+    lin, att = _gemm_set(model, s, seq, moe)
+    g_f = sum(gemm_time_s(g, r) for g in lin)
+    a_f = sum(gemm_time_s(g, r) for g in att)
+    a_b = sum(gemm_time_s(g, r, passes=2, bwd=True) for g in att)
+    out_b, core_b = layer_memory_bytes(model, tokens, s.micro_batch, seq, s.tp, s.cp, sp, std, act_bytes, moe)
+    m_f = (out_b + core_b) / r.hbm_Bps
+    core_f = a_f + core_b / r.hbm_Bps
+    lf = g_f + a_f + m_f
+    lb = 2 * g_f + a_b + 2 * m_f
+    # Tensor parallel: 2 all-reduces (or AG+RS pairs with SP) of the layer's activations per
+    # pass (Shoeybi 2019 Sec. 3; Korthikanti 2022 Sec. 4.2.2). An MoE layer keeps the attention's.
+    act_sz = tokens * model.hidden * act_bytes
+    n_tp = 1 if moe else 2
+    if sp:
+        t_tp = n_tp * (C.all_gather_s(act_sz, tp_link) + C.reduce_scatter_s(act_sz, tp_link))
+    else:
+        t_tp = n_tp * C.all_reduce_s(act_sz, tp_link)
+    # Expert parallel: dispatch + combine all-to-all per pass (4 per layer per micro-batch).
+    t_ep = 0.0
+    if moe and model.moe is not None:
+        routed = tokens / s.tp * model.moe.top_k * model.hidden * act_bytes
+        t_ep = 2 * C.all_to_all_s(routed * s.etp, ep_link) if s.ep > 1 else 0.0
+        if s.etp > 1:
+            t_ep += 2 * C.all_gather_s(routed * s.etp, etp_link)
+        if s.tp > 1 and not sp:
+            t_tp += C.all_reduce_s(act_sz, tp_link)
+    # Context parallel ring attention: cp-1 KV block exchanges, overlapped with the attention
+    # core blocks they feed (Liu et al. 2023, Ring Attention; Megatron CP).
+    t_cp_f = t_cp_b = 0.0
+    if s.cp > 1:
+        kv_blk = 2 * s.micro_batch * seq / s.cp * model.kv_dim / s.tp * act_bytes
+        step_comm = C.p2p_s(kv_blk, cp_link)
+        t_cp_f = (s.cp - 1) * max(0.0, step_comm - a_f / s.cp)
+        t_cp_b = (s.cp - 1) * max(0.0, 2 * step_comm - a_b / s.cp)   # dKV travels back too
+    fwd += lf + t_tp + t_ep + t_cp_f
+    bwd += lb + t_tp + t_ep + t_cp_b
+    comp += lf + lb
+    tp_t += 2 * t_tp
+    ep_t += 2 * t_ep
+    cp_t += t_cp_f + t_cp_b
+    layer_hw = sum(g.flops for g in lin + att)
+    if s.recompute == "full":
+        rec += lf + t_tp + t_ep + t_cp_f
+        comp += lf
+        tp_t += t_tp
+        ep_t += t_ep
+        cp_t += t_cp_f
+        hw_flops += 4 * layer_hw
+    elif s.recompute == "selective" and std:
+        rec += core_f
+        comp += core_f
+        hw_flops += 3 * layer_hw + sum(g.flops for g in att)
+    else:
+        hw_flops += 3 * layer_hw
+    d, e = layer_params_split(model, moe)
+    dense_p += d / s.tp
+    if e:
+        expert_p += e / (s.ep * s.etp)
+    act += layer_activation_bytes(model, seq, s.micro_batch, s.tp, s.cp, sp, s.recompute, std, moe, act_bytes)
+    if s.recompute == "full":
+        act_layer_full = max(act_layer_full, layer_activation_bytes(
+            model, seq, s.micro_batch, s.tp, s.cp, sp, "none", std, moe, act_bytes))
+    return {"fwd": fwd, "bwd": bwd, "rec": rec, "comp": comp, "tp": tp_t, "ep": ep_t, "cp": cp_t, "hw": hw_flops,
+            "dense_p": dense_p, "expert_p": expert_p, "act": act, "act_full": act_layer_full}
+
+
 def homogeneous_pp_link(group: GroupSpec, s: StrategySpec) -> C.Link:
     """Link between neighbouring stages of one group: NVLink when the pipeline stride
     (tp*cp*dp ranks) keeps neighbours in a node, else the per-device NIC."""
@@ -146,70 +219,24 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
     dense_p = expert_p = 0.0
     act = 0.0
     act_layer_full = 0.0
-    for li in range(first_layer, first_layer + n_layers):
-        moe = model.is_moe_layer(li)
-        lin, att = _gemm_set(model, s, seq, moe)
-        g_f = sum(gemm_time_s(g, r) for g in lin)
-        a_f = sum(gemm_time_s(g, r) for g in att)
-        a_b = sum(gemm_time_s(g, r, passes=2, bwd=True) for g in att)
-        out_b, core_b = layer_memory_bytes(model, tokens, s.micro_batch, seq, s.tp, s.cp, sp, std, act_bytes, moe)
-        m_f = (out_b + core_b) / r.hbm_Bps
-        core_f = a_f + core_b / r.hbm_Bps
-        lf = g_f + a_f + m_f
-        lb = 2 * g_f + a_b + 2 * m_f
-        # Tensor parallel: 2 all-reduces (or AG+RS pairs with SP) of the layer's activations per
-        # pass (Shoeybi 2019 Sec. 3; Korthikanti 2022 Sec. 4.2.2). An MoE layer keeps the attention's.
-        act_sz = tokens * model.hidden * act_bytes
-        n_tp = 1 if moe else 2
-        if sp:
-            t_tp = n_tp * (C.all_gather_s(act_sz, tp_link) + C.reduce_scatter_s(act_sz, tp_link))
-        else:
-            t_tp = n_tp * C.all_reduce_s(act_sz, tp_link)
-        # Expert parallel: dispatch + combine all-to-all per pass (4 per layer per micro-batch).
-        t_ep = 0.0
-        if moe and model.moe is not None:
-            routed = tokens / s.tp * model.moe.top_k * model.hidden * act_bytes
-            t_ep = 2 * C.all_to_all_s(routed * s.etp, ep_link) if s.ep > 1 else 0.0
-            if s.etp > 1:
-                t_ep += 2 * C.all_gather_s(routed * s.etp, etp_link)
-            if s.tp > 1 and not sp:
-                t_tp += C.all_reduce_s(act_sz, tp_link)
-        # Context parallel ring attention: cp-1 KV block exchanges, overlapped with the attention
-        # core blocks they feed (Liu et al. 2023, Ring Attention; Megatron CP).
-        t_cp_f = t_cp_b = 0.0
-        if s.cp > 1:
-            kv_blk = 2 * s.micro_batch * seq / s.cp * model.kv_dim / s.tp * act_bytes
-            step_comm = C.p2p_s(kv_blk, cp_link)
-            t_cp_f = (s.cp - 1) * max(0.0, step_comm - a_f / s.cp)
-            t_cp_b = (s.cp - 1) * max(0.0, 2 * step_comm - a_b / s.cp)   # dKV travels back too
-        fwd += lf + t_tp + t_ep + t_cp_f
-        bwd += lb + t_tp + t_ep + t_cp_b
-        comp += lf + lb
-        tp_t += 2 * t_tp
-        ep_t += 2 * t_ep
-        cp_t += t_cp_f + t_cp_b
-        layer_hw = sum(g.flops for g in lin + att)
-        if s.recompute == "full":
-            rec += lf + t_tp + t_ep + t_cp_f
-            comp += lf
-            tp_t += t_tp
-            ep_t += t_ep
-            cp_t += t_cp_f
-            hw_flops += 4 * layer_hw
-        elif s.recompute == "selective" and std:
-            rec += core_f
-            comp += core_f
-            hw_flops += 3 * layer_hw + sum(g.flops for g in att)
-        else:
-            hw_flops += 3 * layer_hw
-        d, e = layer_params_split(model, moe)
-        dense_p += d / s.tp
-        if e:
-            expert_p += e / (s.ep * s.etp)
-        act += layer_activation_bytes(model, seq, s.micro_batch, s.tp, s.cp, sp, s.recompute, std, moe, act_bytes)
-        if s.recompute == "full":
-            act_layer_full = max(act_layer_full, layer_activation_bytes(
-                model, seq, s.micro_batch, s.tp, s.cp, sp, "none", std, moe, act_bytes))
+    n_moe = model.moe_layers_in(first_layer, first_layer + n_layers)
+    for moe, count in ((False, n_layers - n_moe), (True, n_moe)):
+        if count == 0:
+            continue
+        # all dense (all MoE) layers are identical: cost one, multiply
+        lt = _layer_terms(model, s, r, seq, tokens, sp, std, (tp_link, cp_link, ep_link, etp_link), moe)
+        fwd += count * lt["fwd"]
+        bwd += count * lt["bwd"]
+        rec += count * lt["rec"]
+        comp += count * lt["comp"]
+        tp_t += count * lt["tp"]
+        ep_t += count * lt["ep"]
+        cp_t += count * lt["cp"]
+        hw_flops += count * lt["hw"]
+        dense_p += count * lt["dense_p"]
+        expert_p += count * lt["expert_p"]
+        act += count * lt["act"]
+        act_layer_full = max(act_layer_full, lt["act_full"])
     bwd += rec
 
     last = index == s.pp - 1
