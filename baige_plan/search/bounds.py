@@ -1,0 +1,225 @@
+"""Vectorised pre-checks for the search: peak memory (analytic, the cost model's own terms) and a
+lower bound on step time, for every row of a candidate array at once (numpy).
+
+Memory (cost.estimate.stage_cost, term by term) for stage i with dense params D_i, expert params
+E_i, embedding params B_i, n_i layers, micro-batch b:
+    weights + grads + optimizer = D_i (w+g+k)(zero, dp·cp) + E_i (w+g+k)(zero, edp) [+ ZeRO-3 gather buffer]
+    activations = b·a_i·inflight(pp, vpp, m, i) + b·x_i [+ b·max full-layer activations with full recompute]
+where a_i is the stage's stored activation per sequence (`layer_activation_bytes` is linear in b).
+Evaluated on stages 0, 1 and pp-1 (the peak for even splits: stage 0 holds the most micro-batches;
+the last holds the logits); a lower bound on the true max over stages otherwise.
+
+Time lower bound: with per-layer times c (from `stage_cost` on a one-layer stage, minus its p2p),
+stage times t_i >= sum of its layers' c (+ logits/loss on the last stage), and the step
+    T = m·t_max + (sum t - t_max)/vpp + exposed DP + optimizer
+is non-decreasing in every t_i (m >= 1 >= 1/vpp), so plugging in the lower bounds, dropping the
+exposed DP and p2p terms (>= 0) and keeping the optimizer step gives T_lb <= T.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from baige_plan.cost import collectives as C
+from baige_plan.cost.compute import ChipRates
+from baige_plan.cost.estimate import (
+    ADAM_BYTES_PER_PARAM,
+    GRAD_BYTES,
+    ZERO3_COLLECTIVES_PER_LAYER,
+    ZERO3_OVERLAP,
+    stage_cost,
+)
+from baige_plan.cost.memory import FRAMEWORK_RESERVE_GIB, GIB, layer_activation_bytes
+from baige_plan.cost.params import layer_params_split
+from baige_plan.search.space import COL
+from baige_plan.specs.job import JobSpec
+from baige_plan.specs.model import ModelSpec
+from baige_plan.specs.strategy import ATTENTION, RECOMPUTE, StrategySpec, stage_layers
+from baige_plan.specs.topology import GroupSpec
+
+SAFETY = 1e-9   # relative slack for floating-point summation order
+
+
+def _cols(a: np.ndarray, *names: str) -> list[np.ndarray]:
+    return [a[:, COL[n]] for n in names]
+
+
+def _unique_rows(a: np.ndarray, names: tuple[str, ...], extra: np.ndarray | None = None
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct rows of the named columns (and `extra`), and each row's index into them. Columns are
+    packed into one int64 key (mixed radix) so numpy's 1-D unique does the work."""
+    cols = [a[:, COL[n]] for n in names] + ([extra] if extra is not None else [])
+    key = np.zeros(len(a), dtype=np.int64)
+    for c in cols:
+        key = key * (int(c.max()) + 1) + c
+    _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    return np.column_stack(cols)[first], inv.reshape(-1)
+
+
+def _stage_rows(pp: int) -> tuple[int, ...]:
+    return tuple(sorted({0, min(1, pp - 1), pp - 1}))
+
+
+def _split(model: ModelSpec, pp: int, first: int, last: int) -> list[tuple[int, int]]:
+    s = StrategySpec(pp=pp, first_stage_layers=first or None, last_stage_layers=last or None)
+    out, f = [], 0
+    for n in stage_layers(s, model.layers):
+        out.append((f, n))
+        f += n
+    return out
+
+
+class Bounds:
+    """Caches per-structure constants; `memory_gib(rows)` and `time_lb_s(rows)` are vectorised."""
+
+    def __init__(self, model: ModelSpec, group: GroupSpec, job: JobSpec):
+        self.model, self.group, self.job = model, group, job
+        self.rates = ChipRates.of(group.chip, job.precision)
+        self.capacity_gib = group.chip.need("memory_gib")
+
+    # -- per (tp, ep, etp, pp, first, last): params and layer counts of stages 0, 1, pp-1 ----------
+    def _param_table(self, key: tuple[int, ...]) -> np.ndarray:
+        tp, ep, etp, pp, first, last = key
+        m = self.model
+        emb = m.vocab * m.hidden / tp
+        rows = []
+        split = _split(m, pp, first, last)
+        dl, el = layer_params_split(m, False)
+        ml = layer_params_split(m, True) if m.moe else (0, 0)
+        for i in _stage_rows(pp):
+            f, n = split[i]
+            nm = m.moe_layers_in(f, f + n) if m.moe else 0
+            nd = n - nm
+            e_p = 0.0
+            if i == 0:
+                e_p += emb
+            if i == pp - 1 and not (m.tie_embeddings and pp == 1):
+                e_p += emb
+            dense = nd * dl / tp + nm * ml[0] / tp + e_p
+            expert = (nd * el + nm * ml[1]) / (ep * etp)
+            rows.append((i, n, nd, nm, dense, expert, e_p))
+        while len(rows) < 3:
+            rows.append(rows[-1])
+        return np.array(rows, dtype=np.float64)
+
+    def _params(self, a: np.ndarray) -> np.ndarray:
+        """(N, 3 stages, 7) table: stage index, layers, dense layers, moe layers, dense/expert/emb params."""
+        uniq, inv = _unique_rows(a, ("tp", "ep", "etp", "pp", "first", "last"))
+        tab = np.stack([self._param_table(tuple(int(x) for x in k)) for k in uniq])
+        return tab[inv]
+
+    # -- per (tp, cp, sp, recompute, attention): stored activation bytes of one sequence ---------
+    def _act(self, a: np.ndarray) -> np.ndarray:
+        """(N, 3): dense layer, moe layer, max full-layer (full recompute only) bytes per sequence."""
+        m, seq, ab = self.model, self.job.seq_len, self.rates.act_bytes
+        uniq, inv = _unique_rows(a, ("tp", "cp", "sp", "recompute", "attention"))
+        out = []
+        for tp, cp, sp, rec, att in uniq.tolist():
+            std = ATTENTION[att] == "standard"
+            r = RECOMPUTE[rec]
+            d = layer_activation_bytes(m, seq, 1, tp, cp, bool(sp), r, std, False, ab)
+            mo = layer_activation_bytes(m, seq, 1, tp, cp, bool(sp), r, std, True, ab) if m.moe else 0.0
+            full = 0.0
+            if r == "full":
+                full = layer_activation_bytes(m, seq, 1, tp, cp, bool(sp), "none", std, False, ab)
+                if m.moe:
+                    full = (full, layer_activation_bytes(m, seq, 1, tp, cp, bool(sp), "none", std, True, ab))
+            out.append((d, mo, full[0] if isinstance(full, tuple) else full,
+                        full[1] if isinstance(full, tuple) else full))
+        return np.array(out, dtype=np.float64).reshape(-1, 4)[inv]
+
+    def memory_gib(self, a: np.ndarray) -> np.ndarray:
+        """Peak memory per device (GiB) of every row, max over stages 0, 1 and pp-1."""
+        if len(a) == 0:
+            return np.zeros(0)
+        m, job, ab = self.model, self.job, self.rates.act_bytes
+        tp, pp, dp, cp, ep, etp, zero, mb, vpp, sp, rec = (x.astype(np.float64) for x in _cols(
+            a, "tp", "pp", "dp", "cp", "ep", "etp", "zero", "micro_batch", "vpp", "sp", "recompute"))
+        P = self._params(a)
+        A = self._act(a)
+        micro = job.global_batch / (dp * mb)
+        dpd = dp * cp
+        edp = tp * cp * dp / (ep * etp)
+        w = np.where(zero >= 3, 2 / dpd, 2.0)
+        g = np.where(zero >= 2, GRAD_BYTES / dpd, GRAD_BYTES)
+        k = np.where(zero >= 1, 12 / dpd, 12.0)
+        we = np.where(zero >= 3, 2 / edp, 2.0)
+        ge = np.where(zero >= 2, GRAD_BYTES / edp, GRAD_BYTES)
+        ke = np.where(zero >= 1, 12 / edp, 12.0)
+        tokens = mb * job.seq_len / cp
+        full = rec == RECOMPUTE.index("full")
+        best = np.zeros(len(a))
+        for j in range(3):
+            idx, n, nd, nm, dense, expert, emb = (P[:, j, c] for c in range(7))
+            states = dense * (w + g + k) + expert * (we + ge + ke)
+            layer_full = np.maximum(dense + expert - emb, 0.0) / np.maximum(n, 1)
+            states += np.where(zero >= 3, 2 * 2 * layer_full / ZERO3_COLLECTIVES_PER_LAYER, 0.0)
+            held = np.minimum(pp - idx, micro)
+            inflight = np.where(pp == 1, 1.0, np.where(vpp > 1, held * (1 + (pp - 1) / (pp * vpp)), held))
+            act = mb * (nd * A[:, 0] + nm * A[:, 1]) * inflight
+            act += np.where(full, mb * np.maximum(np.where(nd > 0, A[:, 2], 0), np.where(nm > 0, A[:, 3], 0)), 0)
+            act += np.where(idx == 0, tokens * m.hidden * ab / np.where(sp > 0, tp, 1), 0.0)
+            act += np.where(idx == pp - 1, tokens * m.vocab / tp * (4 + ab), 0.0)
+            best = np.maximum(best, (states + act) / GIB + FRAMEWORK_RESERVE_GIB)
+        return best
+
+    # -- per (tp, cp, mb, sp, ep, etp, attention, recompute'): per-layer time --------------------
+    def _layer_time(self, key: tuple[int, ...]) -> tuple[float, float, float]:
+        tp, cp, mb, sp, ep, etp, att, rec = key
+        m = self.model
+        s = StrategySpec(tp=tp, pp=3, dp=ep * etp, cp=cp, ep=ep, etp=etp, micro_batch=mb, recompute=RECOMPUTE[rec],
+                         sequence_parallel=bool(sp), attention=ATTENTION[att])
+        dense_i = next((i for i in range(m.layers) if not m.is_moe_layer(i)), None)
+        moe_i = next((i for i in range(m.layers) if m.is_moe_layer(i)), None)
+        c = {}
+        for kind, li in (("d", dense_i), ("m", moe_i)):
+            if li is not None:
+                st = stage_cost(m, self.group, self.job, s, 1, li, 1, 1)
+                c[kind] = st.time_s - st.pp_s
+        li = m.layers - 1
+        st = stage_cost(m, self.group, self.job, s, 2, li, 1, 1)
+        tail = max(0.0, st.time_s - st.pp_s - c["m" if m.is_moe_layer(li) else "d"])
+        return c.get("d", 0.0), c.get("m", 0.0), tail
+
+    def time_lb_s(self, a: np.ndarray) -> np.ndarray:
+        if len(a) == 0:
+            return np.zeros(0)
+        m, job = self.model, self.job
+        rec = a[:, COL["recompute"]].copy()
+        att = a[:, COL["attention"]]
+        # selective recomputation of fused (flash) attention costs nothing extra: share the "none" times
+        cheap = (rec == RECOMPUTE.index("selective")) & (att == ATTENTION.index("flash"))
+        rec[cheap] = RECOMPUTE.index("none")
+        uniq, inv = _unique_rows(a, ("tp", "cp", "micro_batch", "sp", "ep", "etp", "attention"), rec)
+        T = np.array([self._layer_time(tuple(int(x) for x in k)) for k in uniq]).reshape(-1, 3)[inv.reshape(-1)]
+        cd, cm, tail = T[:, 0], T[:, 1], T[:, 2]
+        tp, pp, dp, cp, ep, etp, zero, mb, vpp = (x.astype(np.float64) for x in _cols(
+            a, "tp", "pp", "dp", "cp", "ep", "etp", "zero", "micro_batch", "vpp"))
+        P = self._params(a)
+        micro = job.global_batch / (dp * mb)
+        n_moe = m.moe_layer_count if m.moe else 0
+        total = (m.layers - n_moe) * cd + n_moe * cm + tail
+        t_max = np.zeros(len(a))
+        opt = np.zeros(len(a))
+        dpd = np.where(zero >= 1, dp * cp, 1.0)
+        edp = np.where(zero >= 1, tp * cp * dp / (ep * etp), 1.0)
+        for j in range(3):
+            idx, n, nd, nm, dense, expert, emb = (P[:, j, c] for c in range(7))
+            t = nd * cd + nm * cm + np.where(idx == pp - 1, tail, 0.0)
+            t_max = np.maximum(t_max, t)
+            opt = np.maximum(opt, (dense / dpd + expert / edp) * ADAM_BYTES_PER_PARAM / self.rates.hbm_Bps)
+        pipe = micro * t_max + (total - t_max) / vpp
+        return (pipe + opt + self._zero3_lb(P, zero, dp * cp, micro)) * (1 - SAFETY)
+
+    def _zero3_lb(self, P: np.ndarray, zero: np.ndarray, n: np.ndarray, micro: np.ndarray) -> np.ndarray:
+        """ZeRO-3 exposed communication >= (1 - ZERO3_OVERLAP) x its total: per micro-batch, three
+        all-gathers of the stage's 16-bit weights over dp·cp ranks, at no more than the fastest link
+        busbw (scale-up or NIC) and without latency."""
+        g, chip = self.group, self.group.chip
+        su = g.scaleup_GBps_eff * (chip.scaleup_efficiency if chip.scaleup_efficiency is not None
+                                   else C.DEFAULT_SCALEUP_EFF)
+        nic = g.nic_GBps * (chip.nic_efficiency if chip.nic_efficiency is not None else C.DEFAULT_NIC_EFF)
+        bw = max(su, nic) * 1e9
+        size = np.max(P[:, :, 4] + P[:, :, 5], axis=1) * 2
+        tot = micro * 3 * size * (n - 1) / n / bw
+        return np.where(zero >= 3, (1 - ZERO3_OVERLAP) * tot, 0.0)

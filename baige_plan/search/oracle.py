@@ -1,0 +1,87 @@
+"""Exhaustive oracle for small spaces: no pruning, no bounds, no clever enumeration.
+
+It walks the plain Cartesian product of every dimension's range, keeps what
+`specs.strategy.check_strategy` and the space's own rules (`space_rules_ok`) accept, runs the full
+`estimate` on each, and ranks the fitting ones by (step time, candidate tuple). Tests compare it
+with `solver.search` (the same ranking must come out) and with `space.enumerate_space` (the same
+set of candidates).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from baige_plan.cost.estimate import Estimate, estimate
+from baige_plan.errors import SpecError
+from baige_plan.search.space import Bounds, Cand, Pins, from_strategy, uneven_splits
+from baige_plan.specs.job import JobSpec
+from baige_plan.specs.model import ModelSpec
+from baige_plan.specs.strategy import RECOMPUTE, StrategySpec, check_strategy
+from baige_plan.specs.topology import ClusterSpec
+
+
+def space_rules_ok(s: StrategySpec, model: ModelSpec, dpn: int, bounds: Bounds, pins: Pins) -> bool:
+    """The space's rules beyond check_strategy: bounds, TP packing in a node, allowed splits, pins."""
+    if s.tp > (bounds.max_tp or dpn) or (s.tp <= dpn and dpn % s.tp):
+        return False
+    if s.pp > (bounds.max_pp or model.layers) or (bounds.max_cp and s.cp > bounds.max_cp):
+        return False
+    if s.micro_batch > bounds.max_micro_batch and pins.micro_batch is None:
+        return False
+    if model.moe is not None and s.etp > (bounds.max_tp or dpn):
+        return False
+    uneven = s.first_stage_layers is not None or s.last_stage_layers is not None
+    if uneven:
+        split = (s.first_stage_layers or 0, s.last_stage_layers or 0)
+        if model.layers % s.pp == 0 or split not in uneven_splits(model.layers, s.pp):
+            return False
+    for k in ("tp", "pp", "dp", "cp", "ep", "etp", "zero", "micro_batch", "vpp", "recompute"):
+        v = getattr(pins, k)
+        if v is not None and getattr(s, k) != v:
+            return False
+    if pins.sequence_parallel is not None and bool(s.sequence_parallel) != (pins.sequence_parallel and s.tp > 1):
+        return False
+    return s.attention == pins.attention
+
+
+def oracle_space(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, bounds: Bounds = Bounds(),
+                 pins: Pins = Pins()) -> list[StrategySpec]:
+    g = cluster.groups[0]
+    n = cluster.devices
+    L = model.layers
+    rng = range(1, n + 1)
+    moe = model.moe is not None
+    out = []
+    splits = [(None, None)] + [(f, la) for f in [None, *range(1, L + 1)] for la in [None, *range(1, L + 1)]
+                               if (f, la) != (None, None)]
+    for tp, pp, cp in itertools.product(rng, rng, rng):
+        if n % (tp * pp * cp):
+            continue
+        dp = n // (tp * pp * cp)
+        for ep, etp in itertools.product(rng if moe else [1], rng if moe else [1]):
+            for mb, vpp, zero, rec, sp in itertools.product(range(1, job.global_batch // dp + 1), range(1, L + 1),
+                                                            range(4), RECOMPUTE, (True, False)):
+                for first, last in (splits if vpp == 1 and pp > 1 else [(None, None)]):
+                    try:
+                        s = StrategySpec(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, zero=zero, micro_batch=mb,
+                                         vpp=vpp, recompute=rec, sequence_parallel=sp, attention=pins.attention,
+                                         first_stage_layers=first, last_stage_layers=last)
+                        check_strategy(s, model, job, n)
+                    except SpecError:
+                        continue
+                    if s.tp == 1 and sp:
+                        continue   # canonical form stores sp off for tp 1: count it once
+                    if space_rules_ok(s, model, g.devices_per_node, bounds, pins):
+                        out.append(s)
+    return out
+
+
+def oracle(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, bounds: Bounds = Bounds(), pins: Pins = Pins(),
+           top: int = 1) -> list[tuple[float, Cand, Estimate]]:
+    ranked = []
+    for s in oracle_space(model, cluster, job, bounds, pins):
+        e = estimate(model, cluster, job, s, bounds.max_memory_frac)
+        if e.fits:
+            ranked.append((e.step_time_s, from_strategy(s), e))
+    ranked.sort(key=lambda x: (x[0], x[1]))
+    return ranked[:top]
