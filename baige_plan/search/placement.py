@@ -1,0 +1,63 @@
+"""Rank placement: rank -> (group, node, device, pipeline, replica, stage, tp_rank, cp_rank).
+
+Megatron-core's `RankGenerator` order "tp-cp-dp-pp": tp varies fastest, then cp, then dp, then pp,
+so a TP group is tp consecutive ranks, packed inside one node whenever tp divides the devices per
+node; CP neighbours come next, DP replicas after, and pipeline stages are the outermost (their
+low-volume p2p traffic is the one that crosses nodes first). Ranks fill each group's nodes in
+order, device by device; pipeline shapes (heterogeneous plans) are laid out one after another.
+
+    local    = rank - first rank of its pipeline shape
+    tp_rank  = local % tp
+    cp_rank  = (local // tp) % cp
+    replica  = (local // (tp*cp)) % dp
+    stage    = local // (tp*cp*dp)
+    node     = rank // devices_per_node,  device = rank % devices_per_node
+
+Worked example: tp=2, cp=1, dp=2, pp=2 on 2 nodes x 4 devices (8 ranks):
+    rank 0: node 0 dev 0, stage 0, replica 0, tp_rank 0     rank 4: node 1 dev 0, stage 1, replica 0, tp_rank 0
+    rank 1: node 0 dev 1, stage 0, replica 0, tp_rank 1     rank 5: node 1 dev 1, stage 1, replica 0, tp_rank 1
+    rank 2: node 0 dev 2, stage 0, replica 1, tp_rank 0     rank 6: node 1 dev 2, stage 1, replica 1, tp_rank 0
+    rank 3: node 0 dev 3, stage 0, replica 1, tp_rank 1     rank 7: node 1 dev 3, stage 1, replica 1, tp_rank 1
+TP pairs {0,1} {2,3} {4,5} {6,7} share a node; DP pairs {0,2} {1,3} stay in node 0; the pipeline
+p2p (rank 0 -> 4) crosses to node 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Slot:
+    rank: int
+    group: str
+    node: int
+    device: int
+    pipeline: int
+    replica: int
+    stage: int
+    tp_rank: int
+    cp_rank: int
+
+    def as_dict(self) -> dict:
+        return {"rank": self.rank, "group": self.group, "node": self.node, "device": self.device,
+                "pipeline": self.pipeline, "replica": self.replica, "stage": self.stage,
+                "tp_rank": self.tp_rank, "cp_rank": self.cp_rank}
+
+
+def place(rank: int, tp: int, cp: int, dp: int, pp: int, group: str, devices_per_node: int,
+          pipeline: int = 0, first_rank: int = 0, group_first_rank: int = 0) -> Slot:
+    """Where `rank` goes, for one pipeline shape (tp, cp, dp, pp) starting at `first_rank` on a group whose
+    first device has global rank `group_first_rank`. Pure: no state, no I/O."""
+    local = rank - first_rank
+    if not 0 <= local < tp * cp * dp * pp:
+        raise ValueError(f"rank {rank} is outside this shape's ranks [{first_rank}, {first_rank + tp * cp * dp * pp})")
+    in_group = rank - group_first_rank
+    return Slot(rank=rank, group=group, node=in_group // devices_per_node, device=in_group % devices_per_node,
+                pipeline=pipeline, replica=(local // (tp * cp)) % dp, stage=local // (tp * cp * dp),
+                tp_rank=local % tp, cp_rank=(local // tp) % cp)
+
+
+def placement(tp: int, cp: int, dp: int, pp: int, group: str, devices_per_node: int) -> list[Slot]:
+    """Every rank of a homogeneous plan, rank order."""
+    return [place(r, tp, cp, dp, pp, group, devices_per_node) for r in range(tp * cp * dp * pp)]
