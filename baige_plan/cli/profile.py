@@ -28,9 +28,9 @@ def profile(
     refit: Path = typer.Option(None, "--refit", help="Fit and write from an existing .raw.json (no torch, "
                                "no GPU)."),
 ) -> None:
-    """Measure GEMM efficiency, HBM bandwidth and collective bus bandwidth; write a chip file.
+    r"""Measure GEMM efficiency, HBM bandwidth and collective bus bandwidth; write a chip file.
 
-    Needs the optional extra: pip install 'baige-plan[profile]' (adds torch).
+    Needs the optional extra: pip install 'baige-plan\[profile]' (adds torch).
     """
     from baige_plan.errors import InputError
 

@@ -61,8 +61,11 @@ class _Progress:
             self._p.stop()
 
 
-def _time_cuda(torch, fn: Callable[[], Any], target_s: float = 0.02, repeats: int = 5, warmup: int = 3) -> float:
-    """Median seconds per call of `fn` (CUDA events; loop sized to ~target_s)."""
+def _time_cuda(torch, fn: Callable[[], Any], target_s: float = 0.02, repeats: int = 5, warmup: int = 3,
+               agree: Callable[[int], int] | None = None) -> float:
+    """Median seconds per call of `fn` (CUDA events; loop sized to ~target_s).
+
+    `agree` makes every rank of a collective use the same repetition count (else they deadlock)."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
@@ -73,6 +76,8 @@ def _time_cuda(torch, fn: Callable[[], Any], target_s: float = 0.02, repeats: in
     end.synchronize()
     one = max(start.elapsed_time(end) / 1e3, 1e-6)
     reps = max(1, min(500, int(target_s / one)))
+    if agree is not None:
+        reps = agree(reps)
     times = []
     for _ in range(repeats):
         start.record()
@@ -201,14 +206,20 @@ def _coll_worker(rank: int, world: int, sizes: list[int], port: int, result_path
                     reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, buf, nxt), dist.P2POp(dist.irecv, out, prv)])
                     for r in reqs:
                         r.wait()
+            def agree(reps: int) -> int:
+                r = torch.tensor([reps], device=dev, dtype=torch.int64)
+                dist.all_reduce(r, op=dist.ReduceOp.MIN)
+                return int(r.item())
+
             dist.barrier()
-            t = _time_cuda(torch, fn, target_s=0.02, repeats=5, warmup=5)
+            t = _time_cuda(torch, fn, target_s=0.02, repeats=5, warmup=5, agree=agree)
             tt = torch.tensor([t], device=dev, dtype=torch.float64)
             dist.all_reduce(tt, op=dist.ReduceOp.MAX)
             results.append({"op": op, "bytes": count * 4, "time_s": tt.item()})
             if prog is not None:
                 alg = count * 4 / tt.item() / 1e9
                 prog.step(f"{op} {count * 4 // 1024} KiB algbw {alg:.0f} GB/s")
+                print(f"{op} {count * 4} B {tt.item() * 1e6:.1f} us algbw {alg:.1f} GB/s", file=sys.stderr, flush=True)
             del buf, part, out
     if prog is not None:
         prog.close()
@@ -256,8 +267,8 @@ def device_info(torch, devices: int) -> dict:
     return {"name": torch.cuda.get_device_name(0), "count": devices, "visible": torch.cuda.device_count(),
             "sm_count": props.multi_processor_count, "capability": list(torch.cuda.get_device_capability(0)),
             "mem_total_bytes": int(total), "mem_free_bytes_at_start": int(free),
-            "driver": drv.splitlines()[0] if drv else None, "torch": torch.__version__,
-            "cuda": torch.version.cuda, "nccl": nccl,
+            "driver": drv.splitlines()[0] if drv else None, "torch": str(torch.__version__),
+            "cuda": str(torch.version.cuda), "nccl": nccl,
             "topology": smi("topo", "-m") if devices > 1 else None}
 
 
