@@ -16,6 +16,8 @@ that idle time is the straggler cost of an uneven batch split.
 
 from __future__ import annotations
 
+from bisect import bisect_right
+
 from baige_plan.cost import collectives as C
 from baige_plan.cost.compute import ChipRates
 from baige_plan.cost.estimate import (
@@ -68,21 +70,39 @@ def _p2p_links(cluster: ClusterSpec, sh: PipelineShape, i: int) -> tuple[C.Link 
 
 
 def estimate_pipelines(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: PipelinesSpec,
-                       memory_frac: float = 1.0) -> Estimate:
+                       memory_frac: float = 1.0, cache: dict | None = None) -> Estimate:
+    """Exact estimate of a heterogeneous plan. `cache` (a dict owned by the caller, e.g. one search)
+    memoises stage costs, which depend only on their own arguments."""
     check_pipelines(p, model, cluster, job)
     shapes = []
     for sh in p.shapes:
         costs = []
         for i, st in enumerate(sh.stages):
             g = cluster.group(st.group)
-            s = _stage_strategy(p, sh, st)
-            costs.append(stage_cost(model, g, job, s, i, st.layers[0], st.n_layers, sh.micro_batches,
-                                    p2p_links=_p2p_links(cluster, sh, i)))
+            nb = (sh.replicas, st.tp, len(sh.stages), i, sh.stages[i - 1].group if i else None, st.group,
+                  sh.stages[i + 1].group if i + 1 < len(sh.stages) else None,
+                  sh.stages[i - 1].tp if i else 0)
+            if cache is not None and ("ctx", nb) in cache:
+                s, links = cache[("ctx", nb)]
+            else:
+                s, links = _stage_strategy(p, sh, st), _p2p_links(cluster, sh, i)
+                if cache is not None:
+                    cache[("ctx", nb)] = (s, links)
+            key = (g.name, s, i, st.layers, sh.micro_batches, links)
+            c = cache.get(key) if cache is not None else None
+            if c is None:
+                c = stage_cost(model, g, job, s, i, st.layers[0], st.n_layers, sh.micro_batches, p2p_links=links)
+                if cache is not None:
+                    cache[key] = c
+            costs.append(c)
         times = [c.time_s for c in costs]
         pipe = sh.micro_batches * max(times) + (sum(times) - max(times))
         shapes.append((sh, tuple(costs), pipe))
 
     bridge_traffic: dict[tuple[str, str, str], float] = {}
+    # per shape: stage layer starts, ends and groups, for overlap look-ups
+    stage_spans = [(sh, ([st.layers[0] for st in sh.stages], [st.layers[1] for st in sh.stages],
+                         [st.group for st in sh.stages])) for sh, _, _ in shapes]
     step = 0.0
     crit = None
     for sh, costs, pipe in shapes:
@@ -91,19 +111,18 @@ def estimate_pipelines(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: 
             g = cluster.group(st.group)
             tot = _intra_dp_s(c, g, sh, st, p)
             # cross-shape sync of this stage's layers (hierarchical: shards after the intra reduce)
-            others = [(o, ost) for o, _, _ in shapes if o is not sh for ost in o.stages
-                      if ost.layers[0] < st.layers[1] and st.layers[0] < ost.layers[1]]
-            if others:
-                k = 1 + len({id(o) for o, _ in others})
+            other_groups = sorted({og for o, spans in stage_spans if o is not sh
+                                   for og in _overlapping_groups(spans, st.layers)})
+            if other_groups:
+                k = sum(1 for o, _ in stage_spans if o is not sh) + 1
                 shard = (c.dense_params + c.expert_params) * GRAD_BYTES / max(1, sh.replicas)
-                links = [path_link(cluster, g, cluster.group(ost.group), min(g.devices_per_node, st.tp * sh.replicas))
-                         for _, ost in others]
-                slow = min(links, key=lambda lk: lk.busbw_GBps)
+                on_node = min(g.devices_per_node, st.tp * sh.replicas)
+                links = [(path_link(cluster, g, cluster.group(og), on_node), og) for og in other_groups]
+                slow, og = min(links, key=lambda lk: (lk[0].busbw_GBps, lk[1]))
                 cross = C.all_reduce_s(shard, C.Link(slow.busbw_GBps, k, slow.alpha_s, slow.crosses))
                 tot += cross
                 if slow.crosses == "bridge":
-                    og = cluster.group(others[links.index(slow)][1].group)
-                    key = tuple(sorted((g.name, og.name))) + ("dp-gradients",)
+                    key = tuple(sorted((g.name, og))) + ("dp-gradients",)
                     bridge_traffic[key] = max(bridge_traffic.get(key, 0.0), cross)
             window = c.bwd_s * (1 - 1 / max(1, st.n_layers)) + (c.fwd_s if p.zero >= 1 else 0.0)
             dp_exposed = max(dp_exposed, tot - min(tot, window))
@@ -167,6 +186,17 @@ def estimate_pipelines(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: 
                     bottleneck=_bottleneck(breakdown, step, fits, mstage.memory_gib, cap * memory_frac, 0.0),
                     shapes=tuple((s_.replicas, s_.micro_batches, c_, t_) for s_, c_, t_ in shapes),
                     bridge_traffic=tuple((a, b, kind, t) for (a, b, kind), t in sorted(bridge_traffic.items())))
+
+
+def _overlapping_groups(spans, rng: tuple[int, int]) -> set[str]:
+    """Groups of a shape's stages whose layer ranges overlap [rng[0], rng[1])."""
+    starts, ends, groups = spans
+    i = bisect_right(ends, rng[0])          # first stage ending after rng start
+    out = set()
+    while i < len(starts) and starts[i] < rng[1]:
+        out.add(groups[i])
+        i += 1
+    return out
 
 
 def _intra_dp_s(c: StageCost, g: GroupSpec, sh: PipelineShape, st: StageSpec, p: PipelinesSpec) -> float:

@@ -1,0 +1,395 @@
+"""Heterogeneous plan search: OR-Tools CP-SAT over layer splits and batch shares, inside an
+enumeration of pipeline templates (which groups host which stages, tp per group).
+
+Model (one template; all times integers in TIME_UNIT_S, rounded up):
+
+Notation
+    j ∈ J          pipeline shapes of the template; shape j has stages i = 0..S_j-1, stage i on
+                   group g(j,i) with tensor-parallel size tp(j,i), and r_j replicas (fixed by the
+                   template so that the devices fit: Σ_j r_j Σ_{i: g(j,i)=g} tp(j,i) ≤ D_g)
+    L              transformer layers; b micro-batch size; B global batch (sequences)
+    a_ji, c_ji     per-layer and fixed time of stage (j,i) per micro-batch, read off the exact
+                   cost model (stage_cost at 1 and 2 layers: it is affine in the layer count)
+    u_ji, k_ji     per-layer and fixed memory of stage (j,i) (states + in-flight activations)
+    C_g            usable memory of group g's chip × max memory fraction
+Variables
+    x_ji ∈ {1..L}  layers of stage (j,i);  m_j ∈ {0..B/b} micro-batches per replica of shape j
+    τ_j ≥ 0        slowest stage time of shape j;  P_j = m_j · τ_j;  T ≥ 0 step time
+Constraints
+    Σ_i x_ji = L                          ∀j      (every layer exactly once per shape)
+    Σ_j r_j m_j b = B                             (the batch adds up)
+    u_ji x_ji + k_ji ≤ C_g(j,i)           ∀j,i    (memory per stage)
+    τ_j ≥ a_ji x_ji + c_ji                ∀j,i
+    T ≥ P_j + Σ_i (a_ji x_ji + c_ji) − τ_j   ∀j with m_j ≥ 1   (1F1B with unequal stages, SPEC §5)
+    m_j = 0 ⇒ shape j idle (its T bound is relaxed)
+Objective
+    minimise T
+Exposed DP/bridge gradient traffic and the optimizer step are not in the linear model; every
+solution is re-estimated with the exact cost model (cost/hetero.py), then polished by moving
+single layers between adjacent stages and single micro-batches between shapes while the exact
+step time improves. The search reports CP-SAT's status and the gap of the chosen template.
+Deterministic: one worker, fixed seed, a deterministic-time limit.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, replace
+from itertools import combinations, product
+
+from ortools.sat.python import cp_model
+
+from baige_plan.cost.compute import ChipRates
+from baige_plan.cost.estimate import Estimate, stage_cost
+from baige_plan.cost.hetero import _p2p_links, _stage_strategy, estimate_pipelines
+from baige_plan.errors import SpecError
+from baige_plan.specs.job import JobSpec
+from baige_plan.specs.model import ModelSpec
+from baige_plan.specs.pipeline import PipelineShape, PipelinesSpec, StageSpec
+from baige_plan.specs.strategy import StrategySpec
+from baige_plan.specs.topology import ClusterSpec, GroupSpec
+
+TIME_UNIT_S = 1e-5
+MEM_UNIT_GIB = 1e-3
+MAX_SPANNING_REPLICAS = 6   # replica counts tried per spanning order (fewest pipeline stages first)
+GAP_LIMIT = 0.002           # CP-SAT stops within 0.2% of its bound (reported as the gap)
+POLISH_TOP = 8              # at most this many solutions are polished with the exact model,
+POLISH_WITHIN = 1.25        # those within 25% of the best
+BATCH_WINDOW = 8            # micro-batches per replica either side of the speed-proportional split
+
+
+@dataclass(frozen=True)
+class HeteroResult:
+    pipelines: PipelinesSpec
+    estimate: Estimate
+    status: str
+    gap: float
+    templates: int
+    solves: int
+    seconds: float
+    standalone: dict[str, float]          # group -> tokens/s of its best plan alone
+    runners_up: tuple[tuple[str, float], ...]
+
+
+@dataclass(frozen=True)
+class Template:
+    """Shapes as (replicas, ((group, tp, stages_on_group), ...)) in pipeline order."""
+
+    shapes: tuple[tuple[int, tuple[tuple[str, int, int], ...]], ...]
+
+    def label(self) -> str:
+        parts = []
+        for r, segs in self.shapes:
+            parts.append(f"{r}x[" + " > ".join(f"{g} tp{tp} pp{n}" for g, tp, n in segs) + "]")
+        return " + ".join(parts)
+
+
+def _tp_options(model: ModelSpec, g: GroupSpec) -> list[int]:
+    return [t for t in (1, 2, 4, 8, 16) if t <= g.devices_per_node and g.devices_per_node % t == 0
+            and model.heads % t == 0 and model.kv_heads % t == 0 and model.ffn_hidden % t == 0]
+
+
+def _runs(g: GroupSpec, job: JobSpec) -> bool:
+    """The group's chip has the numbers the cost model needs for this precision."""
+    try:
+        ChipRates.of(g.chip, job.precision)
+        g.chip.gemm_curve(ChipRates.of(g.chip, job.precision).dtype)
+        g.chip.need("memory_gib")
+    except SpecError:
+        return False
+    return True
+
+
+def even_split(layers: int, pp: int) -> tuple[tuple[int, int], ...]:
+    """Layer ranges for pp stages as even as possible; the extra layers go to the middle stages
+    (the first and last also carry the embedding and the logits)."""
+    base, extra = divmod(layers, pp)
+    counts = [base] * pp
+    order = sorted(range(pp), key=lambda i: (i in (0, pp - 1), abs(i - (pp - 1) / 2), i))
+    for i in order[:extra]:
+        counts[i] += 1
+    out, start = [], 0
+    for c in counts:
+        out.append((start, start + c))
+        start += c
+    return tuple(out)
+
+
+def standalone_best(model: ModelSpec, g: GroupSpec, job: JobSpec, base: StrategySpec, memory_frac: float,
+                    max_pp: int = 64) -> list[tuple[float, tuple[int, int, int], Estimate]]:
+    """Best plans of one group alone (same model and job): (step s, (tp, pp, dp), estimate), fastest
+    first, over tp and pp with the layers split as evenly as possible (uneven when pp does not
+    divide them), all the group's devices used."""
+    out = []
+    cl = ClusterSpec(name=g.name, groups=(g,))
+    for tp in _tp_options(model, g):
+        for pp in range(1, min(max_pp, model.layers) + 1):
+            if g.devices % (tp * pp):
+                continue
+            dp = g.devices // (tp * pp)
+            if job.global_batch % (dp * base.micro_batch):
+                continue
+            m = job.global_batch // (dp * base.micro_batch)
+            stages = tuple(StageSpec(g.name, rng, tp) for rng in even_split(model.layers, pp))
+            p = PipelinesSpec((PipelineShape(dp, m, stages),), micro_batch=base.micro_batch, zero=base.zero,
+                              recompute=base.recompute, sequence_parallel=bool(base.sequence_parallel),
+                              attention=base.attention)
+            e = _exact(model, cl, job, p, memory_frac)
+            if e is not None:
+                out.append((e.step_time_s, (tp, pp, dp), e))
+    out.sort(key=lambda t: (t[0], t[1]))
+    return out
+
+
+def _templates(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySpec, memory_frac: float,
+               per_group_top: int) -> tuple[list[Template], dict[str, float]]:
+    """Outer enumeration: (1) each group runs its own shape with one of its best standalone (tp, pp);
+    (2) one spanning shape over all groups (families in order), tp = each group's best, replicas r
+    common, pp_g = D_g / (tp_g r). Groups may be left out when they cannot hold anything."""
+    best: dict[str, list[tuple[int, int, int]]] = {}
+    standalone: dict[str, float] = {}
+    for g in cluster.groups:
+        ranked = standalone_best(model, g, job, base, memory_frac) if _runs(g, job) else []
+        if ranked:
+            standalone[g.name] = job.tokens / ranked[0][0]
+        best[g.name] = [cfg for _, cfg, _ in ranked[:per_group_top]]
+    temps: list[Template] = []
+    usable = [g for g in cluster.groups if best[g.name]]
+    # every non-empty subset of the usable groups (leaving a group out avoids its bridge traffic)
+    for size in range(1, len(usable) + 1):
+        for subset in combinations(usable, size):
+            for combo in product(*[best[g.name] for g in subset]):
+                temps.append(Template(tuple((dp, ((g.name, tp, pp),))
+                                            for g, (tp, pp, dp) in zip(subset, combo, strict=True))))
+    # spanning shapes: order groups by chip speed (fast first carries the embedding) and both orders for 2 groups
+    groups = [g for g in cluster.groups if _runs(g, job)]
+    orders = [groups] if len(groups) != 2 else [groups, groups[::-1]]
+    tp_best = {g.name: (best[g.name][0][0] if best[g.name] else max(_tp_options(model, g) or [1]))
+               for g in groups}
+    for order in orders:
+        # replicas r with no idle device: r divides every D_g / tp_g; fewest stages first
+        rs = [r for r in range(1, min(g.devices // tp_best[g.name] for g in order) + 1)
+              if all((g.devices // tp_best[g.name]) % r == 0 for g in order)
+              and sum(g.devices // (tp_best[g.name] * r) for g in order) <= model.layers]
+        for r in sorted(rs, reverse=True)[:MAX_SPANNING_REPLICAS]:
+            segs = tuple((g.name, tp_best[g.name], g.devices // (tp_best[g.name] * r)) for g in order)
+            temps.append(Template(((r, segs),)))
+    uniq = sorted(set(temps), key=lambda t: t.label())
+    return uniq, standalone
+
+
+def _affine(model, cluster, job, p_base: PipelinesSpec, shape_stages, j, i, m) -> tuple[float, float, float, float]:
+    """(a, c, u, k): time and memory per stage as affine functions of its layer count."""
+    sh = p_base.shapes[j]
+    st = shape_stages[i]
+    g = cluster.group(st.group)
+    vals = []
+    for n in (1, 2):
+        stages = tuple(StageSpec(s.group, (0, n), s.tp) if k == i else s for k, s in enumerate(shape_stages))
+        shape = PipelineShape(sh.replicas, m, stages)
+        s = _stage_strategy(p_base, shape, stages[i])
+        c = stage_cost(model, g, job, s, i, 0, n, m, p2p_links=_p2p_links(cluster, shape, i))
+        vals.append((c.time_s, c.memory_gib))
+    (t1, m1), (t2, m2) = vals
+    return t2 - t1, t1 - (t2 - t1), m2 - m1, m1 - (m2 - m1)
+
+
+def _solve_template(model, cluster, job, t: Template, base: StrategySpec, memory_frac: float,
+                    time_limit_s: float) -> tuple[PipelinesSpec, str, float] | None:
+    try:
+        return _solve_template_cp(model, cluster, job, t, base, memory_frac, time_limit_s)
+    except SpecError:
+        return None
+
+
+def _solve_template_cp(model, cluster, job, t: Template, base: StrategySpec, memory_frac: float,
+                       time_limit_s: float) -> tuple[PipelinesSpec, str, float] | None:
+    b = base.micro_batch
+    if job.global_batch % b:
+        return None
+    total_mb = job.global_batch // b
+    shapes_st = []
+    for r, segs in t.shapes:
+        stages = []
+        for g, tp, n in segs:
+            stages += [StageSpec(g, (0, 1), tp)] * n
+        shapes_st.append((r, stages))
+    p_base = PipelinesSpec(tuple(PipelineShape(r, 1, tuple(st)) for r, st in shapes_st), micro_batch=b,
+                           zero=base.zero, recompute=base.recompute,
+                           sequence_parallel=bool(base.sequence_parallel), attention=base.attention)
+    # per-layer coefficients at a representative micro-batch count (in-flight activations depend on
+    # min(pp - i, m); use the even share of the batch)
+    m_even = max(1, total_mb // max(1, sum(r for r, _ in shapes_st)))
+    coef = []
+    for j, (_r, stages) in enumerate(shapes_st):
+        rows = []
+        for i, st in enumerate(stages):
+            a, c, u, k = _affine(model, cluster, job, p_base, stages, j, i, m_even)
+            cap = cluster.group(st.group).chip.need("memory_gib") * memory_frac
+            if k + u > cap:
+                return None          # even one layer per stage does not fit
+            rows.append((a, c, u, k, cap))
+        coef.append(rows)
+    # Batch window: around the split proportional to each shape's speed at an even layer split.
+    speed = []
+    for (r, stages), rows in zip(shapes_st, coef, strict=True):
+        per = model.layers / len(stages)
+        speed.append(r / max(a * per + c for a, c, *_ in rows))
+    centre = [total_mb * sp_ / sum(speed) / r for sp_, (r, _) in zip(speed, shapes_st, strict=True)]
+    mdl = cp_model.CpModel()
+    T = mdl.NewIntVar(0, 10**13, "T")
+    xs, choice = [], []
+    for j, ((r, stages), rows) in enumerate(zip(shapes_st, coef, strict=True)):
+        x = [mdl.NewIntVar(1, model.layers, f"x{j}_{i}") for i in range(len(stages))]
+        mdl.Add(sum(x) == model.layers)
+        tau = mdl.NewIntVar(0, 10**10, f"tau{j}")
+        ts = []
+        for i, (a, c, u, k, cap) in enumerate(rows):
+            mdl.Add(int(round(u / MEM_UNIT_GIB)) * x[i] + int(math.ceil(k / MEM_UNIT_GIB)) <= int(cap / MEM_UNIT_GIB))
+            ti = mdl.NewIntVar(0, 10**10, f"t{j}_{i}")
+            mdl.Add(ti == int(math.ceil(a / TIME_UNIT_S)) * x[i] + int(math.ceil(max(c, 0.0) / TIME_UNIT_S)))
+            mdl.Add(tau >= ti)
+            ts.append(ti)
+        hi = total_mb // r
+        values = [hi] if len(shapes_st) == 1 else \
+            range(max(0, int(centre[j]) - BATCH_WINDOW), min(hi, int(centre[j]) + BATCH_WINDOW + 1) + 1)
+        bs = {}
+        for v in values:
+            b = mdl.NewBoolVar(f"m{j}={v}")
+            bs[v] = b
+            if v >= 1:
+                # T >= (v - 1) * tau + sum_i t_i   (1F1B with unequal stages)
+                mdl.Add(T >= (v - 1) * tau + sum(ts)).OnlyEnforceIf(b)
+        mdl.AddExactlyOne(bs.values())
+        xs.append(x)
+        choice.append(bs)
+    mdl.Add(sum(r * v * b for (r, _), bs in zip(shapes_st, choice, strict=True) for v, b in bs.items()) == total_mb)
+    mdl.Minimize(T)
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    solver.parameters.random_seed = 0
+    solver.parameters.max_deterministic_time = max(0.05, time_limit_s)
+    solver.parameters.relative_gap_limit = GAP_LIMIT
+    for (_r, stages), x in zip(shapes_st, xs, strict=True):
+        for xi, (lo, hi_) in zip(x, even_split(model.layers, len(stages)), strict=True):
+            mdl.AddHint(xi, hi_ - lo)
+    st = solver.Solve(mdl)
+    if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None
+    shapes = []
+    for (r, stages), x, bs in zip(shapes_st, xs, choice, strict=True):
+        mv = next(v for v, b in bs.items() if solver.Value(b))
+        if mv == 0:
+            continue
+        start, out = 0, []
+        for s_, xv in zip(stages, x, strict=True):
+            n = solver.Value(xv)
+            out.append(StageSpec(s_.group, (start, start + n), s_.tp))
+            start += n
+        shapes.append(PipelineShape(r, mv, tuple(out)))
+    obj, bound = solver.ObjectiveValue(), solver.BestObjectiveBound()
+    gap = 0.0 if obj <= 0 else max(0.0, (obj - bound) / obj)
+    status = "OPTIMAL" if st == cp_model.OPTIMAL else "FEASIBLE"
+    return replace(p_base, shapes=tuple(shapes)), status, gap
+
+
+def _exact(model, cluster, job, p: PipelinesSpec, memory_frac: float, cache: dict | None = None) -> Estimate | None:
+    try:
+        e = estimate_pipelines(model, cluster, job, p, memory_frac, cache)
+    except SpecError:
+        return None
+    return e if e.fits else None
+
+
+def polish(model, cluster, job, p: PipelinesSpec, memory_frac: float,
+           max_evals: int = 400) -> tuple[PipelinesSpec, Estimate | None]:
+    """Exact-model local search: move one layer across a stage boundary or micro-batches between
+    shapes while the step time improves (first improvement, deterministic order), for at most
+    `max_evals` exact evaluations (a count, not a clock, so results are reproducible)."""
+    cache: dict = {}
+    best = _exact(model, cluster, job, p, memory_frac, cache)
+    if best is None:
+        return p, None
+    improved, evals = True, 0
+    while improved and evals < max_evals:
+        improved = False
+        for cand in _neighbours(p):
+            evals += 1
+            if evals > max_evals:
+                break
+            e = _exact(model, cluster, job, cand, memory_frac, cache)
+            if e is not None and e.step_time_s < best.step_time_s * (1 - 1e-12):
+                p, best, improved = cand, e, True
+                break
+    return p, best
+
+
+def _neighbours(p: PipelinesSpec):
+    for j, sh in enumerate(p.shapes):
+        for i in range(len(sh.stages) - 1):
+            a, b = sh.stages[i], sh.stages[i + 1]
+            for d in (1, -1):
+                na, nb = a.n_layers + d, b.n_layers - d
+                if na < 1 or nb < 1:
+                    continue
+                cut = a.layers[0] + na
+                stages = list(sh.stages)
+                stages[i] = StageSpec(a.group, (a.layers[0], cut), a.tp)
+                stages[i + 1] = StageSpec(b.group, (cut, b.layers[1]), b.tp)
+                shapes = list(p.shapes)
+                shapes[j] = PipelineShape(sh.replicas, sh.micro_batches, tuple(stages))
+                yield replace(p, shapes=tuple(shapes))
+    for j, k in product(range(len(p.shapes)), repeat=2):
+        sj, sk = p.shapes[j], p.shapes[k]
+        if j == k:
+            continue
+        # move micro-batches from shape j to k keeping the batch: r_j dj = r_k dk
+        g = math.gcd(sj.replicas, sk.replicas)
+        dj, dk = sk.replicas // g, sj.replicas // g
+        if sj.micro_batches <= dj:
+            continue
+        shapes = list(p.shapes)
+        shapes[j] = PipelineShape(sj.replicas, sj.micro_batches - dj, sj.stages)
+        shapes[k] = PipelineShape(sk.replicas, sk.micro_batches + dk, sk.stages)
+        yield replace(p, shapes=tuple(shapes))
+
+
+def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySpec, *, memory_frac: float = 0.9,
+          time_limit_s: float = 10.0, per_group_top: int = 2, recompute_pinned: bool = False) -> HeteroResult:
+    """Best heterogeneous plan. Tries recompute selective then full unless pinned."""
+    t0 = time.perf_counter()
+    variants = [base] if recompute_pinned else [replace(base, recompute=rc) for rc in ("selective", "full")]
+    results = []
+    n_temps = solves = 0
+    standalone: dict[str, float] = {}
+    for v in variants:
+        temps, sa = _templates(model, cluster, job, v, memory_frac, per_group_top)
+        for gname, tps in sa.items():
+            standalone[gname] = max(standalone.get(gname, 0.0), tps)
+        n_temps += len(temps)
+        per = time_limit_s / max(1, len(temps) * len(variants))
+        for t in temps:
+            sol = _solve_template(model, cluster, job, t, v, memory_frac, per)
+            solves += 1
+            if sol is None:
+                continue
+            p, status, gap = sol
+            e = _exact(model, cluster, job, p, memory_frac)
+            if e is not None:
+                results.append((e.step_time_s, f"{t.label()} recompute {v.recompute}", p, e, status, gap))
+    # exact-model polish of the most promising solutions (moving layers / micro-batches)
+    results.sort(key=lambda r: (r[0], r[1]))
+    polished = []
+    cut = [r for r in results if r[0] <= results[0][0] * POLISH_WITHIN][:POLISH_TOP] if results else []
+    for st_, lab, p, e, status, gap in cut:
+        p2, e2 = polish(model, cluster, job, p, memory_frac)
+        polished.append((e2.step_time_s, lab, p2, e2, status, gap) if e2 is not None else (st_, lab, p, e, status, gap))
+    results = polished + results[len(cut):]
+    if not results:
+        raise SpecError("cluster", f"none of {n_temps} pipeline templates fits in memory (tried recompute "
+                        f"{', '.join(v.recompute for v in variants)}); add devices or lower the micro-batch")
+    results.sort(key=lambda r: (r[0], r[1]))
+    _, label, p, e, status, gap = results[0]
+    runners = tuple((lab, st) for st, lab, *_ in results[1:6])
+    return HeteroResult(p, e, status, gap, n_temps, solves, time.perf_counter() - t0, standalone, runners)

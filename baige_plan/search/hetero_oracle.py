@@ -1,0 +1,71 @@
+"""Exhaustive oracle for small heterogeneous instances: every template the solver considers
+(same outer enumeration), every layer split of every shape and every batch split, each costed
+with the exact model. Exponential: for tests only (<= 32 devices, a handful of layers)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from itertools import combinations, product
+
+from baige_plan.cost.estimate import Estimate
+from baige_plan.search.hetero import _exact, _templates
+from baige_plan.specs.job import JobSpec
+from baige_plan.specs.model import ModelSpec
+from baige_plan.specs.pipeline import PipelineShape, PipelinesSpec, StageSpec
+from baige_plan.specs.strategy import StrategySpec
+from baige_plan.specs.topology import ClusterSpec
+
+
+def compositions(n: int, k: int):
+    """All ways to write n as an ordered sum of k positive integers."""
+    for cuts in combinations(range(1, n), k - 1):
+        bounds = (0, *cuts, n)
+        yield tuple(b - a for a, b in zip(bounds, bounds[1:], strict=False))
+
+
+def batch_splits(total: int, replicas: tuple[int, ...]):
+    """All (m_j) >= 0 with sum r_j m_j = total."""
+    def rec(i, left):
+        if i == len(replicas) - 1:
+            if left % replicas[i] == 0:
+                yield (left // replicas[i],)
+            return
+        for m in range(left // replicas[i] + 1):
+            for rest in rec(i + 1, left - m * replicas[i]):
+                yield (m, *rest)
+    yield from rec(0, total)
+
+
+def oracle(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySpec, memory_frac: float = 0.9,
+           per_group_top: int = 2, recompute_pinned: bool = False) -> tuple[float, PipelinesSpec | None, Estimate | None]:
+    variants = [base] if recompute_pinned else [replace(base, recompute=rc) for rc in ("selective", "full")]
+    best: tuple[float, PipelinesSpec | None, Estimate | None] = (float("inf"), None, None)
+    total_mb = job.global_batch // base.micro_batch
+    for v in variants:
+        temps, _ = _templates(model, cluster, job, v, memory_frac, per_group_top)
+        for t in temps:
+            stage_groups = []
+            for _r, segs in t.shapes:
+                sg = []
+                for g, tp, n in segs:
+                    sg += [(g, tp)] * n
+                stage_groups.append(sg)
+            reps = tuple(r for r, _ in t.shapes)
+            splits = [list(compositions(model.layers, len(sg))) for sg in stage_groups]
+            for ms in batch_splits(total_mb, reps):
+                for layer_choice in product(*splits):
+                    shapes = []
+                    for r, m, sg, counts in zip(reps, ms, stage_groups, layer_choice, strict=True):
+                        if m == 0:
+                            continue
+                        start, stages = 0, []
+                        for (g, tp), c in zip(sg, counts, strict=True):
+                            stages.append(StageSpec(g, (start, start + c), tp))
+                            start += c
+                        shapes.append(PipelineShape(r, m, tuple(stages)))
+                    p = PipelinesSpec(tuple(shapes), micro_batch=v.micro_batch, zero=v.zero, recompute=v.recompute,
+                                      sequence_parallel=bool(v.sequence_parallel), attention=v.attention)
+                    e = _exact(model, cluster, job, p, memory_frac)
+                    if e is not None and e.step_time_s < best[0]:
+                        best = (e.step_time_s, p, e)
+    return best
