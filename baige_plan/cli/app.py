@@ -10,7 +10,12 @@ import typer
 from baige_plan import __version__
 from baige_plan.cli.backtest import backtest
 from baige_plan.cli.catalog import catalog
+from baige_plan.cli.check import check
+from baige_plan.cli.diff import diff
 from baige_plan.cli.evaluate import evaluate
+from baige_plan.cli.explain import explain
+from baige_plan.cli.export import export
+from baige_plan.cli.plan import plan
 from baige_plan.cli.validate import validate
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -19,6 +24,11 @@ app.command("evaluate")(evaluate)
 app.command("backtest")(backtest)
 app.command("catalog")(catalog)
 app.command("validate")(validate)
+app.command("plan")(plan)
+app.command("explain")(explain)
+app.command("check")(check)
+app.command("diff")(diff)
+app.command("export")(export)
 
 
 def _version(value: bool) -> None:

@@ -27,6 +27,7 @@ from baige_plan.search.bounds import Bounds as CostBounds
 from baige_plan.search.space import Bounds, Cand, Pins, space_array, to_strategy
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
+from baige_plan.specs.strategy import StrategySpec, check_strategy, infer_dp
 from baige_plan.specs.topology import ClusterSpec
 
 MEMORY_SLACK = 1e-6
@@ -44,6 +45,7 @@ class SearchResult:
     status: str                       # OPTIMAL | FEASIBLE (time limit) | INFEASIBLE
     gap: float
     binding: str                      # when nothing fits: the binding constraint, with numbers
+    solver: str = SOLVER
 
     @property
     def best(self) -> Estimate | None:
@@ -90,17 +92,25 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, bounds: Bounds 
     binding = ""
     if not best:
         status = "INFEASIBLE"
-        binding = _binding(model, cluster, job, a, mem, cap, bounds)
+        binding = _binding(model, cluster, job, a, mem, cap, bounds, pins)
     return SearchResult(plans=tuple(b[2] for b in best), keys=tuple(b[1] for b in best), candidates=len(a),
                         feasible=feasible, evaluated=evaluated, seconds=time.perf_counter() - t0,
                         status=status, gap=gap, binding=binding)
 
 
 def _binding(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, a: np.ndarray, mem: np.ndarray, cap: float,
-             bounds: Bounds) -> str:
+             bounds: Bounds, pins: Pins) -> str:
     if len(a) == 0:
-        return ("no strategy satisfies the divisibility rules and pins (heads, layers, global batch, devices, "
-                "bounds); relax a pin or a bound")
+        why = ""
+        try:
+            tp, pp, cp = pins.tp or 1, pins.pp or 1, pins.cp or 1
+            s = StrategySpec(tp=tp, pp=pp, cp=cp, dp=pins.dp or infer_dp(cluster.devices, tp, pp, cp),
+                             ep=pins.ep or 1, etp=pins.etp or 1, micro_batch=pins.micro_batch or 1, vpp=pins.vpp or 1)
+            check_strategy(s, model, job, cluster.devices)
+        except SpecError as e:
+            why = f" ({e.field}: {e.reason})"
+        return ("no strategy satisfies the divisibility rules, pins and bounds (heads, layers, global batch, "
+                f"devices, --max-*){why}; relax a pin or a bound")
     i = int(np.argmin(mem))
     s = to_strategy(tuple(int(x) for x in a[i]))
     e = estimate(model, cluster, job, s, bounds.max_memory_frac)

@@ -1,0 +1,39 @@
+"""`baige-plan check PLAN --baseline BASE`: CI regression gate (exit 3 on a regression)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from baige_plan.cli.common import CatalogOpt, err, fail_input
+
+
+def check(plan: Path = typer.Argument(..., help="The new plan file."),
+          baseline: Path = typer.Option(..., "--baseline", help="The plan file to compare against."),
+          tolerance: float = typer.Option(0.02, "--tolerance", help="Allowed relative slowdown."),
+          catalog: list[str] = CatalogOpt) -> None:
+    """Exit 3 when PLAN is predicted slower than BASELINE beyond the tolerance, no longer fits, or the
+    inputs changed in a way that matters; 0 otherwise. Prints what changed."""
+    from baige_plan.errors import InputError
+    from baige_plan.io.plan_compare import compare, regressions
+    from baige_plan.io.plans import estimate_plan, read_plan
+    from baige_plan.io.render_plans import diff_table, print_tables
+    from baige_plan.io.serialize import estimate_dict
+
+    try:
+        a, b = read_plan(baseline), read_plan(plan)
+        e_now, *_ = estimate_plan(b, str(plan))
+    except InputError as ex:
+        fail_input(ex)
+    now = estimate_dict(e_now)
+    c = compare(a, dict(b, estimate=now))
+    if c["rows"]:
+        print_tables([diff_table(c["rows"], f"{baseline} (A) -> {plan} (B)")])
+    problems = regressions(a, now, c, tolerance)
+    for p in problems:
+        err(f"regression: {p}")
+    if problems:
+        raise typer.Exit(3)
+    typer.echo(f"ok: {now['step_time_s']:.4g} s vs baseline {a['estimate']['step_time_s']:.4g} s "
+               f"(tolerance {tolerance:.1%}), fits")

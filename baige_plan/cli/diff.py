@@ -1,0 +1,34 @@
+"""`baige-plan diff A B`: what differs between two plans (strategy, stages, estimate, inputs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from baige_plan.cli.common import CatalogOpt, Fmt, fail_input
+
+
+def diff(plan_a: Path = typer.Argument(..., help="Plan file A."),
+         plan_b: Path = typer.Argument(..., help="Plan file B."),
+         fmt: Fmt = typer.Option(Fmt.table, "--format"),
+         catalog: list[str] = CatalogOpt) -> None:
+    """Show the differences between two plan files (as written), for humans or as JSON."""
+    from baige_plan.errors import InputError
+    from baige_plan.io.plan_compare import compare
+    from baige_plan.io.plans import dumps, read_plan
+    from baige_plan.io.render_plans import diff_table, print_tables
+
+    try:
+        a, b = read_plan(plan_a), read_plan(plan_b)
+    except InputError as ex:
+        fail_input(ex)
+    c = compare(a, b)
+    if fmt is Fmt.table:
+        if not c["rows"]:
+            typer.echo("no differences")
+            return
+        print_tables([diff_table(c["rows"], f"{plan_a} (A) vs {plan_b} (B)")])
+    else:
+        c.pop("rows")
+        typer.echo(dumps(dict({"schema": "baige-plan/diff/v1"}, **c), fmt.value), nl=False)

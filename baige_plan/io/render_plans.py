@@ -1,0 +1,119 @@
+"""Rich rendering for plan, explain and diff (stdout tables), and the search progress line (stderr)."""
+
+from __future__ import annotations
+
+import time
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _console(stderr: bool = False) -> Console:
+    return Console(width=max(Console(stderr=stderr).width, 100), stderr=stderr)
+
+
+def print_tables(tables: list[Table]) -> None:
+    c = _console()
+    for t in tables:
+        c.print(t)
+
+
+def _s(x: float) -> str:
+    return f"{x:.4g} s" if x >= 0.01 or x == 0 else f"{x * 1e3:.3g} ms"
+
+
+def _strat_cells(s: dict) -> list[str]:
+    return [str(s["tp"]), str(s["pp"]), str(s["dp"]), str(s["cp"]), str(s["ep"]), str(s["zero"]),
+            str(s["micro_batch"]), str(s["vpp"]), s["recompute"], "on" if s["sequence_parallel"] else "off"]
+
+
+_STRAT_HEAD = ["tp", "pp", "dp", "cp", "ep", "zero", "mb", "vpp", "recompute", "sp"]
+
+
+def ranking_table(plans: list[dict], title: str) -> Table:
+    t = Table(title=title, title_justify="left")
+    for h in ["#", *_STRAT_HEAD, "step time", "MFU", "tokens/s/dev", "peak GiB"]:
+        t.add_column(h, justify="right" if h != "recompute" else "left")
+    for i, p in enumerate(plans):
+        t.add_row(str(i + 1), *_strat_cells(p["strategy"]), _s(p["step_time_s"]), f"{p['mfu']:.1%}",
+                  f"{p['tokens_per_s_per_device']:,.0f}", f"{p['peak_memory_gib']:.1f}")
+    return t
+
+
+def explain_tables(plan: dict, stages: list[dict], title: str) -> list[Table]:
+    """Per-stage breakdown, memory by kind vs capacity, runner-up comparison."""
+    est = plan["estimate"]
+    head = Table(title=title, show_header=False, title_justify="left")
+    head.add_column("k", style="bold")
+    head.add_column("v")
+    s = plan["strategy"]
+    head.add_row("strategy", "  ".join(f"{h} {c}" for h, c in zip(_STRAT_HEAD, _strat_cells(s), strict=True)))
+    head.add_row("step time", f"{_s(est['step_time_s'])}   MFU {est['mfu']:.1%}   {est['tokens_per_s']:,.0f} tokens/s")
+    head.add_row("bottleneck", est["bottleneck"])
+    st = Table(title="per stage, per micro-batch (forward + backward)", title_justify="left")
+    for h in ("stage", "layers", "time", "compute", "tp comm", "cp comm", "ep comm", "pp p2p", "memory GiB"):
+        st.add_column(h, justify="right")
+    for x in stages:
+        st.add_row(str(x["index"]), f"{x['layers'][0]}-{x['layers'][1]}", _s(x["time_s"]), _s(x["compute_s"]),
+                   _s(x["tp_s"]), _s(x["cp_s"]), _s(x["ep_s"]), _s(x["pp_s"]), f"{x['memory_gib']:.1f}")
+    br = Table(title="step (critical stage x micro-batches, bubble, exposed DP, optimizer)", title_justify="left")
+    br.add_column("part")
+    br.add_column("seconds", justify="right")
+    br.add_column("share", justify="right")
+    for k, v in est["breakdown_s"].items():
+        br.add_row(k, f"{v:.4g}", f"{v / est['step_time_s']:.1%}")
+    mem = Table(title="memory per device, peak stage", title_justify="left")
+    mem.add_column("kind")
+    mem.add_column("GiB", justify="right")
+    mem.add_column("of capacity", justify="right")
+    cap = est.get("memory_capacity_gib") or 0.0
+    for k, v in est["memory_gib"].items():
+        mem.add_row(k, f"{v:.2f}", f"{v / cap:.1%}" if cap else "-")
+    mem.add_row("[bold]total[/]", f"[bold]{est['peak_memory_gib']:.2f}[/]",
+                f"{est['peak_memory_gib'] / cap:.1%} of {cap:g} GiB" if cap else "-")
+    return [head, st, br, mem]
+
+
+def runners_table(best: dict, runners: list[dict]) -> Table:
+    t = Table(title="runners-up (why this plan won)", title_justify="left")
+    for h in ("#", "differs from the plan", "step time", "vs plan", "peak GiB", "bottleneck"):
+        t.add_column(h, justify="right" if h in ("#", "step time", "vs plan", "peak GiB") else "left")
+    base = best["estimate"]["step_time_s"]
+    for i, r in enumerate(runners):
+        diff = ", ".join(f"{k} {best['strategy'].get(k)}->{v}" for k, v in r["strategy"].items()
+                         if best["strategy"].get(k) != v and k != "global_batch") or "same strategy"
+        t.add_row(str(i + 2), diff, _s(r["step_time_s"]), f"+{(r['step_time_s'] / base - 1):.2%}",
+                  f"{r['peak_memory_gib']:.1f}", r["bottleneck"])
+    return t
+
+
+def diff_table(rows: list[tuple[str, str, str, str]], title: str) -> Table:
+    t = Table(title=title, title_justify="left")
+    for h in ("field", "A", "B", "change"):
+        t.add_column(h, justify="left" if h == "field" else "right")
+    for r in rows:
+        t.add_row(*r)
+    return t
+
+
+class Progress:
+    """A transient stderr status line, shown only once a search has run for `after_s` seconds."""
+
+    def __init__(self, after_s: float = 1.0):
+        self.t0 = time.perf_counter()
+        self.after_s = after_s
+        self.status = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if time.perf_counter() - self.t0 < self.after_s:
+            return
+        text = f"searching: {done:,} of {total:,} candidates by lower bound"
+        if self.status is None:
+            self.status = _console(stderr=True).status(text)
+            self.status.start()
+        else:
+            self.status.update(text)
+
+    def close(self) -> None:
+        if self.status is not None:
+            self.status.stop()
