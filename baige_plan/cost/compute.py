@@ -45,7 +45,9 @@ class ChipRates:
 def gemm_time_s(g: Gemm, r: ChipRates, passes: float = 1.0, bwd: bool = False) -> float:
     """Roofline time of `passes` executions of GEMM g (forward-sized)."""
     curve = r.chip.gemm_curve(r.dtype)
-    eff = curve.at(g.flops_each)
+    # Batched kernels (attention over batch x heads, grouped expert GEMMs) run as one launch: their
+    # efficiency follows the whole call's size, a plain GEMM's its own.
+    eff = curve.at(g.flops if g.kind != "linear" or g.count > 1 else g.flops_each)
     if g.kind == "attention_flash":
         eff *= FLASH_BWD_FRACTION if bwd else FLASH_FRACTION
     t_compute = g.flops / (r.peak_flops * eff)
