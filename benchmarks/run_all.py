@@ -1,0 +1,66 @@
+"""Benchmarks: `make bench` runs every function in BENCHMARKS and prints what it measured.
+
+Add a benchmark by writing a function returning a dict of figures and appending it to BENCHMARKS.
+Speed targets (issue 3, on a 2-core machine): gpt3-175b on a100-sxm4-80g:64x8, global batch 1536,
+full search <= 1 s; gpt3-175b on a100-sxm4-80g:2048x8, global batch 8192, <= 5 s.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from baige_plan.io.catalog import Catalog  # noqa: E402
+from baige_plan.search.solver import search  # noqa: E402
+from baige_plan.specs.job import JobSpec  # noqa: E402
+
+
+def _search(model: str, cluster: str, global_batch: int, seq_len: int, target_s: float, repeats: int = 3) -> dict:
+    cat = Catalog.create()
+    m = cat.model(model)
+    cl, _ = cat.cluster(cluster)
+    job = JobSpec(global_batch, seq_len)
+    times, r = [], None
+    for _ in range(repeats):      # the first (cold) run counts: report the best and the worst
+        t0 = time.perf_counter()
+        r = search(m, cl, job)
+        times.append(time.perf_counter() - t0)
+    dt, worst = min(times), max(times)
+    s = r.best.strategy
+    return {"seconds_best": round(dt, 3), "seconds_worst": round(worst, 3), "target_s": target_s,
+            "meets_target": worst <= target_s, "candidates": r.candidates, "feasible": r.feasible,
+            "full_estimates": r.evaluated, "candidates_per_s": round(r.candidates / dt),
+            "status": r.status, "best": f"tp{s.tp} pp{s.pp} dp{s.dp} cp{s.cp} zero{s.zero} mb{s.micro_batch} "
+                                        f"vpp{s.vpp} {s.recompute} -> {r.best.step_time_s:.3f} s/step, "
+                                        f"MFU {r.best.mfu:.1%}"}
+
+
+def search_gpt3_512() -> dict:
+    return _search("gpt3-175b", "a100-sxm4-80g:64x8", 1536, 2048, 1.0)
+
+
+def search_gpt3_16384() -> dict:
+    return _search("gpt3-175b", "a100-sxm4-80g:2048x8", 8192, 2048, 5.0)
+
+
+BENCHMARKS: list[Callable[[], dict]] = [search_gpt3_512, search_gpt3_16384]
+
+
+def main() -> int:
+    print(f"# baige-plan benchmarks ({os.cpu_count()} CPUs visible)")
+    failed = 0
+    for fn in BENCHMARKS:
+        out = fn()
+        failed += out.get("meets_target") is False
+        print(f"{fn.__name__}:")
+        for k, v in out.items():
+            print(f"  {k}: {v}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

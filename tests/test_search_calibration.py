@@ -1,0 +1,42 @@
+"""Acceptance: on every published calibration run, the planner's top plan is predicted at least as fast as
+the published configuration evaluated by the same cost model (same attention kind, same memory limit)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from baige_plan.cost.estimate import estimate
+from baige_plan.io.catalog import Catalog
+from baige_plan.io.runs import load_runs
+from baige_plan.search.solver import search
+from baige_plan.search.space import Bounds, Pins, enumerate_space, from_strategy
+
+REF = Path(__file__).resolve().parents[2] / "shared" / "reference" / "published_calibration.yaml"
+if not REF.is_file():
+    REF = Path("/work/shared/reference/published_calibration.yaml")
+
+CAT = Catalog.create()
+CASES = load_runs(REF, CAT) if REF.is_file() else []
+
+
+@pytest.mark.skipif(not CASES, reason="published_calibration.yaml not found")
+@pytest.mark.parametrize("i", range(len(CASES)))
+def test_top_plan_not_slower_than_published(i):
+    c = CASES[i]
+    g = c.cluster.groups[0]
+    pub = estimate(c.model, c.cluster, c.job, c.strategy, 1.0)
+    assert pub.fits, c.id
+    bounds = Bounds(max_tp=max(g.devices_per_node, c.strategy.tp), max_memory_frac=1.0,
+                    max_micro_batch=max(16, c.strategy.micro_batch))
+    pins = Pins(attention=c.strategy.attention)
+    r = search(c.model, c.cluster, c.job, bounds, pins)
+    assert r.best is not None and r.best.step_time_s <= pub.step_time_s * (1 + 1e-12), c.id
+    # the published configuration is inside the searched space (else the comparison proves nothing)
+    s = c.strategy
+    if s.first_stage_layers is None and s.last_stage_layers is None and s.overlap_grad_reduce:
+        key = from_strategy(s)
+        space = set(enumerate_space(c.model, c.cluster.devices, g.devices_per_node, c.job, bounds,
+                                    Pins(tp=s.tp, pp=s.pp, attention=s.attention)))
+        assert key in space, c.id
