@@ -92,3 +92,14 @@ def test_pins_respected():
     model, cluster, job, bounds, _ = CASES[0]
     r = search(model, cluster, job, bounds, Pins(tp=2, pp=2, micro_batch=1), top=3)
     assert all(e.strategy.tp == 2 and e.strategy.pp == 2 and e.strategy.micro_batch == 1 for e in r.plans)
+
+
+def test_time_limit_reports_gap():
+    model, cluster, job, bounds, pins = CASES[0]
+    full = search(model, cluster, job, bounds, pins)
+    r = search(model, cluster, job, bounds, pins, time_limit_s=0.0)
+    assert r.evaluated <= full.evaluated and r.plans
+    if r.status == "FEASIBLE":
+        assert 0.0 <= r.gap < 1.0 and r.best.step_time_s >= full.best.step_time_s
+    else:
+        assert r.status == "OPTIMAL" and r.keys[0] == full.keys[0]
