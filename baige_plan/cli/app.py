@@ -16,6 +16,7 @@ from baige_plan.cli.evaluate import evaluate
 from baige_plan.cli.explain import explain
 from baige_plan.cli.export import export
 from baige_plan.cli.plan import plan
+from baige_plan.cli.profile import profile
 from baige_plan.cli.validate import validate
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -29,6 +30,7 @@ app.command("explain")(explain)
 app.command("check")(check)
 app.command("diff")(diff)
 app.command("export")(export)
+app.command("profile")(profile)
 
 
 def _version(value: bool) -> None:
