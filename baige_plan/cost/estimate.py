@@ -292,8 +292,9 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
                      dense_params=dense_p, expert_params=expert_p, hw_flops=hw_flops)
 
 
-def _dp_sync_s(st: StageCost, group: GroupSpec, s: StrategySpec, job: JobSpec, m: int) -> tuple[float, float]:
-    """(total DP/ZeRO communication per step, part that can overlap compute) for one stage."""
+def dp_sync_s(st: StageCost, group: GroupSpec, s: StrategySpec, job: JobSpec, m: int) -> tuple[float, float]:
+    """(total DP/ZeRO communication per step, overlap window) for one stage. The window is the
+    compute that bucketed gradient traffic can hide under (see `dp_exposed_s`)."""
     dpn = group.devices_per_node
     dp_n = s.dp * s.cp
     link = C.group_link(group, dp_n, _placement_per_node(dpn, s.tp, dp_n))
@@ -311,7 +312,7 @@ def _dp_sync_s(st: StageCost, group: GroupSpec, s: StrategySpec, job: JobSpec, m
         per_mb = 3 * C.all_gather_s(size, z_link)
         per_mb += 3 * max(0, n_layers * ZERO3_COLLECTIVES_PER_LAYER - 1) * z_link.alpha_s
         total = per_mb * m
-        return total, total
+        return total, 0.0
     if s.zero == 0:
         t = C.all_reduce_s(dense * GRAD_BYTES, link) + C.all_reduce_s(expert * GRAD_BYTES, edp_link)
     else:
@@ -323,8 +324,17 @@ def _dp_sync_s(st: StageCost, group: GroupSpec, s: StrategySpec, job: JobSpec, m
     # Bucketed reduction starts as the last micro-batch's backward produces gradients; the last
     # bucket (~1 layer) cannot overlap. The param all-gather overlaps the next step's forward.
     n_layers = max(1, st.layers[1] - st.layers[0])
-    window = st.bwd_s * (1 - 1 / n_layers) + (st.fwd_s if s.zero >= 1 else 0.0)
-    return t, min(t, window)
+    return t, st.bwd_s * (1 - 1 / n_layers) + (st.fwd_s if s.zero >= 1 else 0.0)
+
+
+def dp_exposed_s(total: float, window: float, st: StageCost, s: StrategySpec, m: int) -> float:
+    """Exposed part of a stage's DP/ZeRO traffic. ZeRO-3 gathers overlap the whole step's compute
+    C = m * t partially: max(C, M) + (1 - ZERO3_OVERLAP) min(C, M) - C; bucketed gradient
+    reduction hides under its window."""
+    if s.zero >= 3:
+        comp = m * st.time_s
+        return max(comp, total) + (1 - ZERO3_OVERLAP) * min(comp, total) - comp
+    return total - min(total, window)
 
 
 def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, s: StrategySpec,
@@ -351,12 +361,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, s: StrategySp
 
     dp_total = dp_exposed = 0.0
     for st in stages:
-        tot, overl = _dp_sync_s(st, group, s, job, m)
-        if s.zero >= 3:
-            comp = m * st.time_s
-            exposed = max(comp, tot) + (1 - ZERO3_OVERLAP) * min(comp, tot) - comp
-        else:
-            exposed = tot - overl
+        tot, window = dp_sync_s(st, group, s, job, m)
+        exposed = dp_exposed_s(tot, window, st, s, m)
         if exposed >= dp_exposed:
             dp_exposed, dp_total = exposed, tot
     # Optimizer step: memory-bound Adam over the locally owned (ZeRO-sharded) parameters.

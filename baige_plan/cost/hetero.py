@@ -26,6 +26,8 @@ from baige_plan.cost.estimate import (
     Estimate,
     StageCost,
     _bottleneck,
+    dp_exposed_s,
+    dp_sync_s,
     stage_cost,
 )
 from baige_plan.cost.flops import megatron_model_flops
@@ -49,8 +51,10 @@ def path_link(cluster: ClusterSpec, a: GroupSpec, b: GroupSpec, devices_on_node:
 
 
 def _stage_strategy(p: PipelinesSpec, sh: PipelineShape, st: StageSpec) -> StrategySpec:
-    return StrategySpec(tp=st.tp, pp=len(sh.stages), dp=sh.replicas, micro_batch=p.micro_batch, zero=p.zero,
-                        recompute=p.recompute, sequence_parallel=p.sequence_parallel and st.tp > 1,
+    k = p.knob
+    return StrategySpec(tp=st.tp, pp=len(sh.stages), dp=sh.replicas, cp=k(sh, "cp"), ep=k(sh, "ep"), etp=k(sh, "etp"),
+                        micro_batch=k(sh, "micro_batch"), zero=k(sh, "zero"), vpp=k(sh, "vpp"),
+                        recompute=k(sh, "recompute"), sequence_parallel=bool(k(sh, "sequence_parallel")) and st.tp > 1,
                         attention=p.attention)
 
 
@@ -58,7 +62,7 @@ def _p2p_links(cluster: ClusterSpec, sh: PipelineShape, i: int) -> tuple[C.Link 
     def link(a: StageSpec, b: StageSpec) -> C.Link:
         ga, gb = cluster.group(a.group), cluster.group(b.group)
         if ga.name == gb.name:
-            same_node = (a.tp * sh.replicas * 2 <= ga.devices_per_node)
+            same_node = (a.tp * (sh.knobs.cp or 1) * sh.replicas * 2 <= ga.devices_per_node)
             if same_node:
                 return C.Link(ga.chip.need("scaleup_p2p_GBps") * (ga.chip.scaleup_efficiency or C.DEFAULT_SCALEUP_EFF),
                               2, (C.LAUNCH_US + C.SCALEUP_STEP_US) * 1e-6)
@@ -75,11 +79,13 @@ def estimate_pipelines(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: 
     memoises stage costs, which depend only on their own arguments."""
     check_pipelines(p, model, cluster, job)
     shapes = []
+    strategies: dict[int, list[StrategySpec]] = {}
     for sh in p.shapes:
         costs = []
+        strategies[id(sh)] = []
         for i, st in enumerate(sh.stages):
             g = cluster.group(st.group)
-            nb = (sh.replicas, st.tp, len(sh.stages), i, sh.stages[i - 1].group if i else None, st.group,
+            nb = (sh.replicas, sh.knobs, st.tp, len(sh.stages), i, sh.stages[i - 1].group if i else None, st.group,
                   sh.stages[i + 1].group if i + 1 < len(sh.stages) else None,
                   sh.stages[i - 1].tp if i else 0)
             if cache is not None and ("ctx", nb) in cache:
@@ -95,8 +101,9 @@ def estimate_pipelines(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: 
                 if cache is not None:
                     cache[key] = c
             costs.append(c)
+            strategies[id(sh)].append(s)
         times = [c.time_s for c in costs]
-        pipe = sh.micro_batches * max(times) + (sum(times) - max(times))
+        pipe = sh.micro_batches * max(times) + (sum(times) - max(times)) / p.knob(sh, "vpp")
         shapes.append((sh, tuple(costs), pipe))
 
     bridge_traffic: dict[tuple[str, str, str], float] = {}
@@ -107,16 +114,22 @@ def estimate_pipelines(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: 
     crit = None
     for sh, costs, pipe in shapes:
         dp_exposed = 0.0
-        for st, c in zip(sh.stages, costs, strict=True):
+        for st, c, s in zip(sh.stages, costs, strategies[id(sh)], strict=True):
             g = cluster.group(st.group)
-            tot = _intra_dp_s(c, g, sh, st, p)
+            dkey = ("dp", g.name, s, c, sh.micro_batches)
+            if cache is not None and dkey in cache:
+                tot, window = cache[dkey]
+            else:
+                tot, window = dp_sync_s(c, g, s, job, sh.micro_batches)
+                if cache is not None:
+                    cache[dkey] = (tot, window)
             # cross-shape sync of this stage's layers (hierarchical: shards after the intra reduce)
             other_groups = sorted({og for o, spans in stage_spans if o is not sh
                                    for og in _overlapping_groups(spans, st.layers)})
             if other_groups:
                 k = sum(1 for o, _ in stage_spans if o is not sh) + 1
-                shard = (c.dense_params + c.expert_params) * GRAD_BYTES / max(1, sh.replicas)
-                on_node = min(g.devices_per_node, st.tp * sh.replicas)
+                shard = (c.dense_params + c.expert_params) * GRAD_BYTES / max(1, sh.replicas * s.cp)
+                on_node = min(g.devices_per_node, st.tp * s.cp * sh.replicas)
                 links = [(path_link(cluster, g, cluster.group(og), on_node), og) for og in other_groups]
                 slow, og = min(links, key=lambda lk: (lk[0].busbw_GBps, lk[1]))
                 cross = C.all_reduce_s(shard, C.Link(slow.busbw_GBps, k, slow.alpha_s, slow.crosses))
@@ -124,8 +137,7 @@ def estimate_pipelines(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: 
                 if slow.crosses == "bridge":
                     key = tuple(sorted((g.name, og))) + ("dp-gradients",)
                     bridge_traffic[key] = max(bridge_traffic.get(key, 0.0), cross)
-            window = c.bwd_s * (1 - 1 / max(1, st.n_layers)) + (c.fwd_s if p.zero >= 1 else 0.0)
-            dp_exposed = max(dp_exposed, tot - min(tot, window))
+            dp_exposed = max(dp_exposed, dp_exposed_s(tot, window, c, s, sh.micro_batches))
         for i in range(len(sh.stages) - 1):
             a, b = cluster.group(sh.stages[i].group), cluster.group(sh.stages[i + 1].group)
             if a.family != b.family:
@@ -141,7 +153,8 @@ def estimate_pipelines(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: 
     for s_, costs_, _ in shapes:
         for st, c in zip(s_.stages, costs_, strict=True):
             r = ChipRates.of(cluster.group(st.group).chip, job.precision)
-            owned = (c.dense_params + c.expert_params) / (s_.replicas if p.zero >= 1 else 1)
+            owned = (c.dense_params + c.expert_params) / (s_.replicas * p.knob(s_, "cp") if p.knob(s_, "zero") >= 1
+                                                          else 1)
             opt_s = max(opt_s, owned * ADAM_BYTES_PER_PARAM / r.hbm_Bps)
     step += opt_s
 
@@ -197,13 +210,3 @@ def _overlapping_groups(spans, rng: tuple[int, int]) -> set[str]:
         out.add(groups[i])
         i += 1
     return out
-
-
-def _intra_dp_s(c: StageCost, g: GroupSpec, sh: PipelineShape, st: StageSpec, p: PipelinesSpec) -> float:
-    """DP sync among the shape's replicas of one stage (distributed optimizer: RS grads + AG params)."""
-    per_node = max(1, g.devices_per_node // st.tp)
-    link = C.group_link(g, sh.replicas, min(per_node, sh.replicas))
-    params = c.dense_params + c.expert_params
-    if p.zero == 0:
-        return C.all_reduce_s(params * GRAD_BYTES, link)
-    return C.reduce_scatter_s(params * GRAD_BYTES, link) + C.all_gather_s(params * 2, link)

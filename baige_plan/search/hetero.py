@@ -46,7 +46,7 @@ from baige_plan.cost.hetero import _p2p_links, _stage_strategy, estimate_pipelin
 from baige_plan.errors import SpecError
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
-from baige_plan.specs.pipeline import PipelineShape, PipelinesSpec, StageSpec
+from baige_plan.specs.pipeline import PipelineShape, PipelinesSpec, ShapeKnobs, StageSpec
 from baige_plan.specs.strategy import StrategySpec
 from baige_plan.specs.topology import ClusterSpec, GroupSpec
 
@@ -54,6 +54,8 @@ TIME_UNIT_S = 1e-5
 MEM_UNIT_GIB = 1e-3
 MAX_SPANNING_REPLICAS = 6   # replica counts tried per spanning order (fewest pipeline stages first)
 GAP_LIMIT = 0.002           # CP-SAT stops within 0.2% of its bound (reported as the gap)
+POLISH_EVALS = 600          # exact evaluations spent polishing (half on the best solution)
+CP_SAT_MAX_PER_TEMPLATE = 0.1  # deterministic seconds of CP-SAT per template at most
 POLISH_TOP = 8              # at most this many solutions are polished with the exact model,
 POLISH_WITHIN = 1.25        # those within 25% of the best
 BATCH_WINDOW = 8            # micro-batches per replica either side of the speed-proportional split
@@ -74,15 +76,21 @@ class HeteroResult:
 
 @dataclass(frozen=True)
 class Template:
-    """Shapes as (replicas, ((group, tp, stages_on_group), ...)) in pipeline order."""
+    """Shapes as (replicas, ((group, tp, stages_on_group), ...), knobs) in pipeline order."""
 
-    shapes: tuple[tuple[int, tuple[tuple[str, int, int], ...]], ...]
+    shapes: tuple[tuple[int, tuple[tuple[str, int, int], ...], ShapeKnobs], ...]
 
     def label(self) -> str:
         parts = []
-        for r, segs in self.shapes:
-            parts.append(f"{r}x[" + " > ".join(f"{g} tp{tp} pp{n}" for g, tp, n in segs) + "]")
+        for r, segs, kn in self.shapes:
+            extra = "".join(f" {k}{'' if isinstance(v, str) else ''}{v}" for k, v in sorted(kn.items().items()))
+            parts.append(f"{r}x[" + " > ".join(f"{g} tp{tp} pp{n}" for g, tp, n in segs) + f"{extra}]")
         return " + ".join(parts)
+
+
+def knobs_of(s: StrategySpec) -> ShapeKnobs:
+    return ShapeKnobs(micro_batch=s.micro_batch, cp=s.cp, ep=s.ep, etp=s.etp, zero=s.zero, vpp=s.vpp,
+                      recompute=s.recompute, sequence_parallel=bool(s.sequence_parallel))
 
 
 def _tp_options(model: ModelSpec, g: GroupSpec) -> list[int]:
@@ -142,27 +150,59 @@ def standalone_best(model: ModelSpec, g: GroupSpec, job: JobSpec, base: Strategy
     return out
 
 
+def _search_group(model: ModelSpec, g: GroupSpec, job: JobSpec, memory_frac: float, top: int,
+                  time_limit_s: float | None) -> list[Estimate]:
+    """The homogeneous search's top plans for group g alone (any cp, zero, micro-batch, vpp, recompute)."""
+    from baige_plan.search.solver import search
+    from baige_plan.search.space import Bounds
+
+    if not _runs(g, job):
+        return []
+    try:
+        return list(search(model, ClusterSpec(name=g.name, groups=(g,)), job, Bounds(max_memory_frac=memory_frac),
+                           top=top, time_limit_s=time_limit_s).plans)
+    except SpecError:
+        return []
+
+
+def _group_plans(model: ModelSpec, g: GroupSpec, job: JobSpec, base: StrategySpec, memory_frac: float,
+                 top: int, searched: list[Estimate]) -> list[tuple[float, int, int, int, ShapeKnobs]]:
+    """A group's best single-group plans as (step s, tp, pp, replicas, knobs): the homogeneous
+    search's top plans (their layer split is re-decided by the solver) and even/uneven pipelines
+    at the plan-wide settings."""
+    out = [(e.step_time_s, e.strategy.tp, e.strategy.pp, e.strategy.dp, knobs_of(e.strategy)) for e in searched]
+    for t, (tp, pp, dp), _e in standalone_best(model, g, job, base, memory_frac)[:top]:
+        out.append((t, tp, pp, dp, ShapeKnobs()))
+    out.sort(key=lambda x: (x[0], x[1], x[2], x[3], sorted(x[4].items().items())))
+    return out[:top]
+
+
 def _templates(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySpec, memory_frac: float,
-               per_group_top: int) -> tuple[list[Template], dict[str, float]]:
-    """Outer enumeration: (1) each group runs its own shape with one of its best standalone (tp, pp);
-    (2) one spanning shape over all groups (families in order), tp = each group's best, replicas r
-    common, pp_g = D_g / (tp_g r). Groups may be left out when they cannot hold anything."""
-    best: dict[str, list[tuple[int, int, int]]] = {}
+               per_group_top: int, searched: dict[str, list[Estimate]] | None = None
+               ) -> tuple[list[Template], dict[str, float]]:
+    """Outer enumeration: (1) any non-empty subset of groups, each running its own shape with one
+    of its best single-group plans (tp, pp, replicas and knobs); (2) one spanning shape over all
+    groups (both orders for two groups), tp = each group's best, replicas r common with no idle
+    device, pp_g = D_g / (tp_g r), plan-wide knobs."""
+    best: dict[str, list[tuple[int, int, int, ShapeKnobs]]] = {}
     standalone: dict[str, float] = {}
     for g in cluster.groups:
-        ranked = standalone_best(model, g, job, base, memory_frac) if _runs(g, job) else []
+        if searched is None or g.name not in searched:
+            found = _search_group(model, g, job, memory_frac, per_group_top, None)
+        else:
+            found = searched[g.name]
+        ranked = _group_plans(model, g, job, base, memory_frac, per_group_top, found) if _runs(g, job) else []
         if ranked:
             standalone[g.name] = job.tokens / ranked[0][0]
-        best[g.name] = [cfg for _, cfg, _ in ranked[:per_group_top]]
+        best[g.name] = [(tp, pp, dp, kn) for _, tp, pp, dp, kn in ranked]
     temps: list[Template] = []
     usable = [g for g in cluster.groups if best[g.name]]
     # every non-empty subset of the usable groups (leaving a group out avoids its bridge traffic)
     for size in range(1, len(usable) + 1):
         for subset in combinations(usable, size):
             for combo in product(*[best[g.name] for g in subset]):
-                temps.append(Template(tuple((dp, ((g.name, tp, pp),))
-                                            for g, (tp, pp, dp) in zip(subset, combo, strict=True))))
-    # spanning shapes: order groups by chip speed (fast first carries the embedding) and both orders for 2 groups
+                temps.append(Template(tuple((dp, ((g.name, tp, pp),), kn)
+                                            for g, (tp, pp, dp, kn) in zip(subset, combo, strict=True))))
     groups = [g for g in cluster.groups if _runs(g, job)]
     orders = [groups] if len(groups) != 2 else [groups, groups[::-1]]
     tp_best = {g.name: (best[g.name][0][0] if best[g.name] else max(_tp_options(model, g) or [1]))
@@ -174,7 +214,7 @@ def _templates(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: Strat
               and sum(g.devices // (tp_best[g.name] * r) for g in order) <= model.layers]
         for r in sorted(rs, reverse=True)[:MAX_SPANNING_REPLICAS]:
             segs = tuple((g.name, tp_best[g.name], g.devices // (tp_best[g.name] * r)) for g in order)
-            temps.append(Template(((r, segs),)))
+            temps.append(Template(((r, segs, ShapeKnobs()),)))
     uniq = sorted(set(temps), key=lambda t: t.label())
     return uniq, standalone
 
@@ -187,7 +227,7 @@ def _affine(model, cluster, job, p_base: PipelinesSpec, shape_stages, j, i, m) -
     vals = []
     for n in (1, 2):
         stages = tuple(StageSpec(s.group, (0, n), s.tp) if k == i else s for k, s in enumerate(shape_stages))
-        shape = PipelineShape(sh.replicas, m, stages)
+        shape = replace(sh, micro_batches=m, stages=stages)
         s = _stage_strategy(p_base, shape, stages[i])
         c = stage_cost(model, g, job, s, i, 0, n, m, p2p_links=_p2p_links(cluster, shape, i))
         vals.append((c.time_s, c.memory_gib))
@@ -205,24 +245,25 @@ def _solve_template(model, cluster, job, t: Template, base: StrategySpec, memory
 
 def _solve_template_cp(model, cluster, job, t: Template, base: StrategySpec, memory_frac: float,
                        time_limit_s: float) -> tuple[PipelinesSpec, str, float] | None:
-    b = base.micro_batch
-    if job.global_batch % b:
-        return None
-    total_mb = job.global_batch // b
+    B = job.global_batch
     shapes_st = []
-    for r, segs in t.shapes:
+    for r, segs, kn in t.shapes:
         stages = []
         for g, tp, n in segs:
             stages += [StageSpec(g, (0, 1), tp)] * n
-        shapes_st.append((r, stages))
-    p_base = PipelinesSpec(tuple(PipelineShape(r, 1, tuple(st)) for r, st in shapes_st), micro_batch=b,
-                           zero=base.zero, recompute=base.recompute,
+        shapes_st.append((r, stages, kn))
+    p_base = PipelinesSpec(tuple(PipelineShape(r, 1, tuple(st), kn) for r, st, kn in shapes_st),
+                           micro_batch=base.micro_batch, zero=base.zero, recompute=base.recompute,
                            sequence_parallel=bool(base.sequence_parallel), attention=base.attention)
+    # sequences per micro-batch step of one shape: replicas x its micro-batch size
+    units = [r * p_base.knob(sh, "micro_batch") for (r, _, _), sh in zip(shapes_st, p_base.shapes, strict=True)]
+    if len(shapes_st) == 1 and B % units[0]:
+        return None
     # per-layer coefficients at a representative micro-batch count (in-flight activations depend on
     # min(pp - i, m); use the even share of the batch)
-    m_even = max(1, total_mb // max(1, sum(r for r, _ in shapes_st)))
+    m_even = max(1, B // max(1, sum(units)))
     coef = []
-    for j, (_r, stages) in enumerate(shapes_st):
+    for j, (_r, stages, _kn) in enumerate(shapes_st):
         rows = []
         for i, st in enumerate(stages):
             a, c, u, k = _affine(model, cluster, job, p_base, stages, j, i, m_even)
@@ -231,16 +272,17 @@ def _solve_template_cp(model, cluster, job, t: Template, base: StrategySpec, mem
                 return None          # even one layer per stage does not fit
             rows.append((a, c, u, k, cap))
         coef.append(rows)
-    # Batch window: around the split proportional to each shape's speed at an even layer split.
+    # Batch window: around the split proportional to each shape's speed (sequences/s) at an even
+    # layer split.
     speed = []
-    for (r, stages), rows in zip(shapes_st, coef, strict=True):
+    for (_r, stages, _kn), rows, un in zip(shapes_st, coef, units, strict=True):
         per = model.layers / len(stages)
-        speed.append(r / max(a * per + c for a, c, *_ in rows))
-    centre = [total_mb * sp_ / sum(speed) / r for sp_, (r, _) in zip(speed, shapes_st, strict=True)]
+        speed.append(un / max(a * per + c for a, c, *_ in rows))
+    centre = [B * sp_ / sum(speed) / un for sp_, un in zip(speed, units, strict=True)]
     mdl = cp_model.CpModel()
     T = mdl.NewIntVar(0, 10**13, "T")
     xs, choice = [], []
-    for j, ((r, stages), rows) in enumerate(zip(shapes_st, coef, strict=True)):
+    for j, ((_r, stages, _kn), rows) in enumerate(zip(shapes_st, coef, strict=True)):
         x = [mdl.NewIntVar(1, model.layers, f"x{j}_{i}") for i in range(len(stages))]
         mdl.Add(sum(x) == model.layers)
         tau = mdl.NewIntVar(0, 10**10, f"tau{j}")
@@ -251,7 +293,7 @@ def _solve_template_cp(model, cluster, job, t: Template, base: StrategySpec, mem
             mdl.Add(ti == int(math.ceil(a / TIME_UNIT_S)) * x[i] + int(math.ceil(max(c, 0.0) / TIME_UNIT_S)))
             mdl.Add(tau >= ti)
             ts.append(ti)
-        hi = total_mb // r
+        hi = B // units[j]
         values = [hi] if len(shapes_st) == 1 else \
             range(max(0, int(centre[j]) - BATCH_WINDOW), min(hi, int(centre[j]) + BATCH_WINDOW + 1) + 1)
         bs = {}
@@ -264,21 +306,21 @@ def _solve_template_cp(model, cluster, job, t: Template, base: StrategySpec, mem
         mdl.AddExactlyOne(bs.values())
         xs.append(x)
         choice.append(bs)
-    mdl.Add(sum(r * v * b for (r, _), bs in zip(shapes_st, choice, strict=True) for v, b in bs.items()) == total_mb)
+    mdl.Add(sum(un * v * b for un, bs in zip(units, choice, strict=True) for v, b in bs.items()) == B)
     mdl.Minimize(T)
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = 0
     solver.parameters.max_deterministic_time = max(0.05, time_limit_s)
     solver.parameters.relative_gap_limit = GAP_LIMIT
-    for (_r, stages), x in zip(shapes_st, xs, strict=True):
+    for (_r, stages, _kn), x in zip(shapes_st, xs, strict=True):
         for xi, (lo, hi_) in zip(x, even_split(model.layers, len(stages)), strict=True):
             mdl.AddHint(xi, hi_ - lo)
     st = solver.Solve(mdl)
     if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
     shapes = []
-    for (r, stages), x, bs in zip(shapes_st, xs, choice, strict=True):
+    for (r, stages, kn), x, bs in zip(shapes_st, xs, choice, strict=True):
         mv = next(v for v, b in bs.items() if solver.Value(b))
         if mv == 0:
             continue
@@ -287,7 +329,7 @@ def _solve_template_cp(model, cluster, job, t: Template, base: StrategySpec, mem
             n = solver.Value(xv)
             out.append(StageSpec(s_.group, (start, start + n), s_.tp))
             start += n
-        shapes.append(PipelineShape(r, mv, tuple(out)))
+        shapes.append(PipelineShape(r, mv, tuple(out), kn))
     obj, bound = solver.ObjectiveValue(), solver.BestObjectiveBound()
     gap = 0.0 if obj <= 0 else max(0.0, (obj - bound) / obj)
     status = "OPTIMAL" if st == cp_model.OPTIMAL else "FEASIBLE"
@@ -305,23 +347,24 @@ def _exact(model, cluster, job, p: PipelinesSpec, memory_frac: float, cache: dic
 def polish(model, cluster, job, p: PipelinesSpec, memory_frac: float,
            max_evals: int = 400) -> tuple[PipelinesSpec, Estimate | None]:
     """Exact-model local search: move one layer across a stage boundary or micro-batches between
-    shapes while the step time improves (first improvement, deterministic order), for at most
-    `max_evals` exact evaluations (a count, not a clock, so results are reproducible)."""
+    shapes while the step time improves. First improvement, scanning on from where the last move
+    was found, until a full pass finds none or `max_evals` exact evaluations (a count, not a
+    clock, so results are reproducible) are spent."""
     cache: dict = {}
     best = _exact(model, cluster, job, p, memory_frac, cache)
     if best is None:
         return p, None
-    improved, evals = True, 0
-    while improved and evals < max_evals:
-        improved = False
-        for cand in _neighbours(p):
-            evals += 1
-            if evals > max_evals:
-                break
-            e = _exact(model, cluster, job, cand, memory_frac, cache)
-            if e is not None and e.step_time_s < best.step_time_s * (1 - 1e-12):
-                p, best, improved = cand, e, True
-                break
+    evals, pos, since = 0, 0, 0
+    cands = list(_neighbours(p))
+    while cands and since < len(cands) and evals < max_evals:
+        cand = cands[pos % len(cands)]
+        pos += 1
+        since += 1
+        evals += 1
+        e = _exact(model, cluster, job, cand, memory_frac, cache)
+        if e is not None and e.step_time_s < best.step_time_s * (1 - 1e-12):
+            p, best, since = cand, e, 0
+            cands = list(_neighbours(p))
     return p, best
 
 
@@ -338,21 +381,49 @@ def _neighbours(p: PipelinesSpec):
                 stages[i] = StageSpec(a.group, (a.layers[0], cut), a.tp)
                 stages[i + 1] = StageSpec(b.group, (cut, b.layers[1]), b.tp)
                 shapes = list(p.shapes)
-                shapes[j] = PipelineShape(sh.replicas, sh.micro_batches, tuple(stages))
+                shapes[j] = replace(sh, stages=tuple(stages))
                 yield replace(p, shapes=tuple(shapes))
     for j, k in product(range(len(p.shapes)), repeat=2):
         sj, sk = p.shapes[j], p.shapes[k]
         if j == k:
             continue
-        # move micro-batches from shape j to k keeping the batch: r_j dj = r_k dk
-        g = math.gcd(sj.replicas, sk.replicas)
-        dj, dk = sk.replicas // g, sj.replicas // g
+        # move micro-batches from shape j to k keeping the batch: u_j dj = u_k dk (u = replicas x micro-batch)
+        uj, uk = sj.replicas * p.knob(sj, "micro_batch"), sk.replicas * p.knob(sk, "micro_batch")
+        g = math.gcd(uj, uk)
+        dj, dk = uk // g, uj // g
         if sj.micro_batches <= dj:
             continue
         shapes = list(p.shapes)
-        shapes[j] = PipelineShape(sj.replicas, sj.micro_batches - dj, sj.stages)
-        shapes[k] = PipelineShape(sk.replicas, sk.micro_batches + dk, sk.stages)
+        shapes[j] = replace(sj, micro_batches=sj.micro_batches - dj)
+        shapes[k] = replace(sk, micro_batches=sk.micro_batches + dk)
         yield replace(p, shapes=tuple(shapes))
+
+
+def standalone_throughputs(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, memory_frac: float,
+                           time_limit_s: float | None = 10.0,
+                           searched: dict[str, list[Estimate]] | None = None) -> dict[str, float]:
+    """Tokens/s of the best plan that uses each group alone (same model and job): the full
+    homogeneous search, and the uneven-split pipelines this module also considers; the faster."""
+    out = {}
+    for g in cluster.groups:
+        best = 0.0
+        if _runs(g, job):
+            plans = searched[g.name] if searched is not None and g.name in searched else \
+                _search_group(model, g, job, memory_frac, 1, time_limit_s)
+            if plans:
+                best = plans[0].tokens_per_s
+            ranked = standalone_best(model, g, job, StrategySpec(), memory_frac)
+            ranked += standalone_best(model, g, job, StrategySpec(recompute="full"), memory_frac)
+            if ranked:
+                best = max(best, job.tokens / min(r[0] for r in ranked))
+        out[g.name] = best
+    return out
+
+
+def heterogeneous_efficiency(tokens_per_s: float, standalone: dict[str, float]) -> float:
+    """SPEC §4: the plan's tokens/s / sum over groups of the best single-group plan's tokens/s."""
+    total = sum(standalone.values())
+    return tokens_per_s / total if total > 0 else 0.0
 
 
 def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySpec, *, memory_frac: float = 0.9,
@@ -360,30 +431,38 @@ def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySp
     """Best heterogeneous plan. Tries recompute selective then full unless pinned."""
     t0 = time.perf_counter()
     variants = [base] if recompute_pinned else [replace(base, recompute=rc) for rc in ("selective", "full")]
+    searched = {g.name: _search_group(model, g, job, memory_frac, per_group_top, time_limit_s)
+                for g in cluster.groups}
     results = []
-    n_temps = solves = 0
-    standalone: dict[str, float] = {}
+    seen: set[Template] = set()
+    solves = 0
+    pending: list[tuple[Template, StrategySpec]] = []
     for v in variants:
-        temps, sa = _templates(model, cluster, job, v, memory_frac, per_group_top)
-        for gname, tps in sa.items():
-            standalone[gname] = max(standalone.get(gname, 0.0), tps)
-        n_temps += len(temps)
-        per = time_limit_s / max(1, len(temps) * len(variants))
+        temps, _ = _templates(model, cluster, job, v, memory_frac, per_group_top, searched)
         for t in temps:
-            sol = _solve_template(model, cluster, job, t, v, memory_frac, per)
-            solves += 1
-            if sol is None:
+            # templates whose shapes all carry their own knobs do not depend on the variant
+            if all(kn.items() for _, _, kn in t.shapes) and t in seen:
                 continue
-            p, status, gap = sol
-            e = _exact(model, cluster, job, p, memory_frac)
-            if e is not None:
-                results.append((e.step_time_s, f"{t.label()} recompute {v.recompute}", p, e, status, gap))
+            seen.add(t)
+            pending.append((t, v))
+    n_temps = len(pending)
+    per = min(CP_SAT_MAX_PER_TEMPLATE, 0.5 * time_limit_s / max(1, n_temps))
+    for t, v in pending:
+        sol = _solve_template(model, cluster, job, t, v, memory_frac, per)
+        solves += 1
+        if sol is None:
+            continue
+        p, status, gap = sol
+        e = _exact(model, cluster, job, p, memory_frac)
+        if e is not None:
+            results.append((e.step_time_s, f"{t.label()} recompute {v.recompute}", p, e, status, gap))
     # exact-model polish of the most promising solutions (moving layers / micro-batches)
     results.sort(key=lambda r: (r[0], r[1]))
     polished = []
     cut = [r for r in results if r[0] <= results[0][0] * POLISH_WITHIN][:POLISH_TOP] if results else []
-    for st_, lab, p, e, status, gap in cut:
-        p2, e2 = polish(model, cluster, job, p, memory_frac)
+    for n, (st_, lab, p, e, status, gap) in enumerate(cut):
+        budget = POLISH_EVALS // 2 if n == 0 else POLISH_EVALS // (2 * max(1, len(cut) - 1))
+        p2, e2 = polish(model, cluster, job, p, memory_frac, budget)
         polished.append((e2.step_time_s, lab, p2, e2, status, gap) if e2 is not None else (st_, lab, p, e, status, gap))
     results = polished + results[len(cut):]
     if not results:
@@ -392,4 +471,5 @@ def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySp
     results.sort(key=lambda r: (r[0], r[1]))
     _, label, p, e, status, gap = results[0]
     runners = tuple((lab, st) for st, lab, *_ in results[1:6])
+    standalone = standalone_throughputs(model, cluster, job, memory_frac, time_limit_s, searched)
     return HeteroResult(p, e, status, gap, n_temps, solves, time.perf_counter() - t0, standalone, runners)

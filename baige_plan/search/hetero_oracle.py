@@ -24,7 +24,7 @@ def compositions(n: int, k: int):
 
 
 def batch_splits(total: int, replicas: tuple[int, ...]):
-    """All (m_j) >= 0 with sum r_j m_j = total."""
+    """All (m_j) >= 0 with sum u_j m_j = total (u_j = replicas x micro-batch of shape j)."""
     def rec(i, left):
         if i == len(replicas) - 1:
             if left % replicas[i] == 0:
@@ -40,29 +40,30 @@ def oracle(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategyS
            per_group_top: int = 2, recompute_pinned: bool = False) -> tuple[float, PipelinesSpec | None, Estimate | None]:
     variants = [base] if recompute_pinned else [replace(base, recompute=rc) for rc in ("selective", "full")]
     best: tuple[float, PipelinesSpec | None, Estimate | None] = (float("inf"), None, None)
-    total_mb = job.global_batch // base.micro_batch
     for v in variants:
         temps, _ = _templates(model, cluster, job, v, memory_frac, per_group_top)
         for t in temps:
             stage_groups = []
-            for _r, segs in t.shapes:
+            for _r, segs, _kn in t.shapes:
                 sg = []
                 for g, tp, n in segs:
                     sg += [(g, tp)] * n
                 stage_groups.append(sg)
-            reps = tuple(r for r, _ in t.shapes)
+            reps = tuple(r for r, _, _ in t.shapes)
+            knobs = tuple(kn for _, _, kn in t.shapes)
+            units = tuple(r * (kn.micro_batch or v.micro_batch) for r, kn in zip(reps, knobs, strict=True))
             splits = [list(compositions(model.layers, len(sg))) for sg in stage_groups]
-            for ms in batch_splits(total_mb, reps):
+            for ms in batch_splits(job.global_batch, units):
                 for layer_choice in product(*splits):
                     shapes = []
-                    for r, m, sg, counts in zip(reps, ms, stage_groups, layer_choice, strict=True):
+                    for r, kn, m, sg, counts in zip(reps, knobs, ms, stage_groups, layer_choice, strict=True):
                         if m == 0:
                             continue
                         start, stages = 0, []
                         for (g, tp), c in zip(sg, counts, strict=True):
                             stages.append(StageSpec(g, (start, start + c), tp))
                             start += c
-                        shapes.append(PipelineShape(r, m, tuple(stages)))
+                        shapes.append(PipelineShape(r, m, tuple(stages), kn))
                     p = PipelinesSpec(tuple(shapes), micro_batch=v.micro_batch, zero=v.zero, recompute=v.recompute,
                                       sequence_parallel=bool(v.sequence_parallel), attention=v.attention)
                     e = _exact(model, cluster, job, p, memory_frac)

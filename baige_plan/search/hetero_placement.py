@@ -1,7 +1,7 @@
 """Rank placement for heterogeneous plans: every used device gets one rank.
 
 Within each group (cluster order), device blocks are handed out to (shape j, stage i, replica r)
-in that order, tp consecutive devices per block, blocks with the largest tp first so that every
+in that order, tp x cp consecutive devices per block (tp innermost), blocks with the largest tp first so that every
 block starts at a multiple of its tp and (tp dividing the node size) stays inside one node.
 Ranks are numbered over the used devices, group by group, device by device.
 
@@ -23,23 +23,24 @@ from baige_plan.specs.topology import ClusterSpec
 
 def hetero_placement(p: PipelinesSpec, cluster: ClusterSpec) -> list[Slot]:
     """Pure: the slots of every rank of plan `p` (see the module docstring)."""
-    blocks: dict[str, list[tuple[int, int, int, int]]] = {g.name: [] for g in cluster.groups}
+    blocks: dict[str, list[tuple[int, int, int, int, int]]] = {g.name: [] for g in cluster.groups}
     for j, sh in enumerate(p.shapes):
+        cp = p.knob(sh, "cp")
         for i, st in enumerate(sh.stages):
             for r in range(sh.replicas):
-                blocks[st.group].append((st.tp, j, i, r))
-    slots: list[tuple[str, int, int, int, int, int]] = []   # (group, device in group, j, i, r, tp_rank)
+                blocks[st.group].append((st.tp * cp, st.tp, j, i, r))
+    slots: list[tuple[str, int, int, int, int, int, int]] = []   # (group, device, j, i, r, tp_rank, cp_rank)
     for g in cluster.groups:
         dev = 0
-        for tp, j, i, r in sorted(blocks[g.name], key=lambda b: (-b[0], b[1], b[2], b[3])):
-            for t in range(tp):
-                slots.append((g.name, dev + t, j, i, r, t))
-            dev += tp
+        for size, tp, j, i, r in sorted(blocks[g.name], key=lambda b: (-b[0], -b[1], b[2], b[3], b[4])):
+            for t in range(size):
+                slots.append((g.name, dev + t, j, i, r, t % tp, t // tp))
+            dev += size
         if dev > g.devices:
             raise ValueError(f"group {g.name!r}: plan needs {dev} devices, it has {g.devices}")
     out = []
-    for rank, (gname, d, j, i, r, t) in enumerate(slots):
+    for rank, (gname, d, j, i, r, t, c) in enumerate(slots):
         dpn = cluster.group(gname).devices_per_node
         out.append(Slot(rank=rank, group=gname, node=d // dpn, device=d % dpn, pipeline=j, replica=r,
-                        stage=i, tp_rank=t, cp_rank=0))
+                        stage=i, tp_rank=t, cp_rank=c))
     return out

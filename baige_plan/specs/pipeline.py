@@ -23,10 +23,28 @@ class StageSpec:
 
 
 @dataclass(frozen=True)
+class ShapeKnobs:
+    """Per-shape strategy settings; None = the plan-wide value (PipelinesSpec)."""
+
+    micro_batch: int | None = None
+    cp: int | None = None
+    ep: int | None = None
+    etp: int | None = None
+    zero: int | None = None
+    vpp: int | None = None
+    recompute: str | None = None
+    sequence_parallel: bool | None = None
+
+    def items(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+@dataclass(frozen=True)
 class PipelineShape:
     replicas: int               # identical DP copies of this shape
     micro_batches: int          # per replica per step
     stages: tuple[StageSpec, ...]
+    knobs: ShapeKnobs = ShapeKnobs()
 
 
 @dataclass(frozen=True)
@@ -38,15 +56,23 @@ class PipelinesSpec:
     sequence_parallel: bool = True
     attention: str = "flash"
 
+    def knob(self, sh: PipelineShape, name: str):
+        v = getattr(sh.knobs, name)
+        if v is not None:
+            return v
+        return getattr(self, name, None) if name in ("micro_batch", "zero", "recompute", "sequence_parallel") \
+            else 1
+
     @property
     def sequences(self) -> int:
-        return sum(sh.replicas * sh.micro_batches for sh in self.shapes) * self.micro_batch
+        return sum(sh.replicas * sh.micro_batches * self.knob(sh, "micro_batch") for sh in self.shapes)
 
     def devices_by_group(self) -> dict[str, int]:
         used: dict[str, int] = {}
         for sh in self.shapes:
+            cp = self.knob(sh, "cp")
             for st in sh.stages:
-                used[st.group] = used.get(st.group, 0) + st.tp * sh.replicas
+                used[st.group] = used.get(st.group, 0) + st.tp * cp * sh.replicas
         return used
 
 
@@ -77,7 +103,7 @@ def check_pipelines(p: PipelinesSpec, model: ModelSpec, cluster: ClusterSpec, jo
                     f"tp={st.tp} must divide the {g.devices_per_node} devices of a {st.group} node (TP stays in a node)")
         require(nxt == model.layers, f"{where}.stages", f"layers end at {nxt}, the model has {model.layers}")
     require(p.sequences == job.global_batch, "pipelines",
-            f"sum(replicas x micro_batches) x micro_batch = {p.sequences} must equal global_batch={job.global_batch}")
+            f"sum(replicas x micro_batches x micro_batch) = {p.sequences} must equal global_batch={job.global_batch}")
     for name, used in sorted(p.devices_by_group().items()):
         have = cluster.group(name).devices
         require(used <= have, "pipelines", f"group {name!r} is asked for {used} devices, it has {have}")
