@@ -31,6 +31,10 @@ def explain(plan: Path = typer.Argument(..., help="A plan file written by `baige
     runners = (doc.get("search") or {}).get("runners_up") or []
     if runners:
         tables.append(runners_table(view, runners))
+    if cluster.is_heterogeneous:
+        from baige_plan.io.render_plans import hetero_tables
+        # the stored estimate carries the heterogeneous efficiency, shapes and bridge traffic
+        tables = hetero_tables(dict(doc, estimate={**doc["estimate"], **view["estimate"]}), title) + tables[1:]
     print_tables(tables)
     typer.echo(_sentence(view["estimate"], runners))
 

@@ -76,6 +76,17 @@ def plan(
             global_batch = cl.devices
             note(f"--global-batch not given: using one sequence per device = {global_batch}")
         job = JobSpec(global_batch=global_batch, seq_len=seq_len or m.seq_len, precision=precision.value)
+        if cl.is_heterogeneous:
+            pinned = {k: v for k, v in (("--tp", tp), ("--pp", pp), ("--dp", dp), ("--cp", cp), ("--ep", ep),
+                                          ("--etp", etp), ("--vpp", vpp)) if v is not None}
+            if pinned:
+                raise InputError("plan", ", ".join(pinned), "heterogeneous plans choose these per pipeline shape and "
+                                 "stage; pin only --micro-batch, --zero, --recompute, --sequence-parallel")
+            from baige_plan.cli.plan_hetero import plan_hetero
+            plan_hetero(cat, m, cl, job, micro_batch=micro_batch, zero=zero, recompute=recompute,
+                        sequence_parallel=sequence_parallel, attention=attention.value,
+                        max_memory_frac=max_memory_frac, time_limit=time_limit, out=out, fmt=fmt)
+            return
         bounds = Bounds(max_tp=max_tp, max_pp=max_pp, max_cp=max_cp, max_micro_batch=max_micro_batch,
                         max_memory_frac=max_memory_frac)
         pins = Pins(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, zero=zero, micro_batch=micro_batch, vpp=vpp,

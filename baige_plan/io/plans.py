@@ -191,6 +191,7 @@ def plan_inputs(doc: dict, src: str) -> tuple[ModelSpec, ClusterSpec, JobSpec]:
 _STRAT_KEYS = {"tp", "pp", "dp", "cp", "ep", "zero", "micro_batch", "global_batch", "vpp", "recompute",
                "sequence_parallel"}
 _STRAT_OPT = {"etp", "attention", "first_stage_layers", "last_stage_layers"}
+_KNOBS = {"micro_batch", "cp", "ep", "etp", "zero", "vpp", "recompute", "sequence_parallel"}
 
 
 def _strategy(d: dict, **over) -> StrategySpec:
@@ -226,7 +227,9 @@ def plan_strategy(doc: dict, src: str, model: ModelSpec, cluster: ClusterSpec, j
     if not isinstance(pipes, list) or not pipes:
         raise InputError(src, "pipelines", "must be a non-empty list of pipeline shapes")
     for i, p in enumerate(pipes):
-        check_keys(p, src, f"pipelines[{i}]", {"replicas", "micro_batches", "stages"}, set())
+        check_keys(p, src, f"pipelines[{i}]", {"replicas", "micro_batches", "stages"}, {"strategy"})
+        if p.get("strategy") is not None:
+            check_keys(p["strategy"], src, f"pipelines[{i}].strategy", set(), _KNOBS)
         if not isinstance(p["stages"], list) or not p["stages"]:
             raise InputError(src, f"pipelines[{i}].stages", "must be a non-empty list")
         for j, st in enumerate(p["stages"]):
@@ -248,10 +251,10 @@ def plan_strategy(doc: dict, src: str, model: ModelSpec, cluster: ClusterSpec, j
 
 def _from_pipelines(sd: dict, pipes: list, src: str, model: ModelSpec, cluster: ClusterSpec, job: JobSpec):
     mb = sd["micro_batch"]
-    gb = sum(p["replicas"] * p["micro_batches"] for p in pipes) * mb
+    gb = sum(p["replicas"] * p["micro_batches"] * (p.get("strategy") or {}).get("micro_batch", mb) for p in pipes)
     job2 = JobSpec(gb, job.seq_len, job.precision)
     st0 = pipes[0]["stages"]
-    homogeneous = (len(pipes) == 1 and not cluster.is_heterogeneous
+    homogeneous = (len(pipes) == 1 and not cluster.is_heterogeneous and not pipes[0].get("strategy")
                    and len({s["tp"] for s in st0}) == 1 and all(s["group"] == cluster.groups[0].name for s in st0))
     if homogeneous:
         counts = [s["layers"][1] - s["layers"][0] for s in st0]
@@ -275,32 +278,52 @@ def _from_pipelines(sd: dict, pipes: list, src: str, model: ModelSpec, cluster: 
 
 
 def _pipelines_spec(sd: dict, pipes: list, src: str):
-    from baige_plan.specs.pipeline import PipelineShape, PipelinesSpec, StageSpec
-    for k in ("cp", "ep", "vpp"):
-        if sd.get(k, 1) != 1:
-            raise InputError(src, "pipelines", f"this layer split needs the per-stage (heterogeneous) cost model, "
-                             f"which does not support {k}={sd[k]}; use an even split or a different first/last stage")
-    shapes = tuple(PipelineShape(replicas=p["replicas"], micro_batches=p["micro_batches"],
-                                 stages=tuple(StageSpec(s["group"], tuple(s["layers"]), s["tp"]) for s in p["stages"]))
-                   for p in pipes)
+    from baige_plan.specs.pipeline import PipelineShape, PipelinesSpec, ShapeKnobs, StageSpec
+    shapes = []
+    for i, p in enumerate(pipes):
+        kn = dict(p.get("strategy") or {})
+        for k in ("cp", "ep", "etp", "vpp"):   # plan-wide values apply to shapes that do not set their own
+            if k not in kn and sd.get(k, 1) != 1:
+                kn[k] = sd[k]
+        try:
+            knobs = ShapeKnobs(**kn)
+        except TypeError as e:
+            raise InputError(src, f"pipelines[{i}].strategy", str(e)) from None
+        shapes.append(PipelineShape(replicas=p["replicas"], micro_batches=p["micro_batches"], knobs=knobs,
+                                    stages=tuple(StageSpec(s["group"], tuple(s["layers"]), s["tp"])
+                                                 for s in p["stages"])))
+    shapes = tuple(shapes)
     return PipelinesSpec(shapes=shapes, micro_batch=sd["micro_batch"], zero=sd["zero"], recompute=sd["recompute"],
                          sequence_parallel=bool(sd["sequence_parallel"]), attention=sd.get("attention", "flash"))
 
 
 def estimate_plan(doc: dict, src: str) -> tuple[Estimate, ModelSpec, ClusterSpec, JobSpec]:
+    e, model, cluster, job, _ = estimate_plan_full(doc, src)
+    return e, model, cluster, job
+
+
+def estimate_plan_full(doc: dict, src: str):
+    """(estimate, model, cluster, job, PipelinesSpec or None) of a plan document as written."""
     model, cluster, job = plan_inputs(doc, src)
     frac = float((doc.get("search") or {}).get("max_memory_frac", 1.0))
     s, job2, pspec = plan_strategy(doc, src, model, cluster, job)
     try:
         if s is not None and not cluster.is_heterogeneous:
-            return estimate(model, cluster, job2, s, frac), model, cluster, job2
+            return estimate(model, cluster, job2, s, frac), model, cluster, job2, None
         from baige_plan.cost.hetero import estimate_pipelines
-        return estimate_pipelines(model, cluster, job2, pspec, frac), model, cluster, job2
+        return estimate_pipelines(model, cluster, job2, pspec, frac), model, cluster, job2, pspec
     except SpecError as e:
         raise InputError(src, e.field, e.reason) from None
 
 
 def evaluate_plan_file(path: str | Path) -> tuple[dict, bool]:
-    """Re-estimate a plan file as written: (estimate JSON, fits)."""
-    e, *_ = estimate_plan(read_plan(path), str(path))
+    """Re-estimate a plan file as written: (estimate JSON, fits). Plans on several groups add the
+    heterogeneous efficiency, recomputing each group's best standalone plan (SPEC §4)."""
+    doc = read_plan(path)
+    e, model, cluster, job, pspec = estimate_plan_full(doc, str(path))
+    if pspec is not None and (len(pspec.devices_by_group()) > 1 or cluster.is_heterogeneous):
+        from baige_plan.io.hetero_plans import hetero_estimate_dict
+        from baige_plan.search.hetero import standalone_throughputs
+        frac = float((doc.get("search") or {}).get("max_memory_frac", 1.0))
+        return hetero_estimate_dict(e, pspec, standalone_throughputs(model, cluster, job, frac)), e.fits
     return estimate_dict(e), e.fits

@@ -117,3 +117,40 @@ class Progress:
     def close(self) -> None:
         if self.status is not None:
             self.status.stop()
+
+
+def hetero_tables(plan: dict, title: str) -> list[Table]:
+    """A heterogeneous plan: summary with the heterogeneous efficiency, one row per pipeline shape
+    with its stages (group, tp, layers), and the traffic that crosses bridges."""
+    est = plan["estimate"] if "estimate" in plan else plan
+    head = Table(title=title, show_header=False, title_justify="left")
+    head.add_column("k", style="bold")
+    head.add_column("v")
+    head.add_row("step time", f"{_s(est['step_time_s'])}   MFU {est['mfu']:.1%}   {est['tokens_per_s']:,.0f} tokens/s")
+    sa = est.get("standalone_tokens_per_s", {})
+    head.add_row("heterogeneous efficiency",
+                 f"{est.get('heterogeneous_efficiency', 0):.1%} of the sum of each group alone ("
+                 + ", ".join(f"{g} {v:,.0f} tokens/s" for g, v in sa.items()) + ")")
+    head.add_row("devices used", ", ".join(f"{g} {n}" for g, n in est.get("devices_used", {}).items()))
+    head.add_row("peak memory", f"{est['peak_memory_gib']:.1f} GiB of {est.get('memory_capacity_gib', 0):g} GiB")
+    head.add_row("bottleneck", est["bottleneck"])
+    sh = Table(title="pipeline shapes (stages: group tp [layers))", title_justify="left")
+    for h in ("shape", "replicas", "micro-batches", "knobs", "stages", "time/micro-batch (max)"):
+        sh.add_column(h, justify="left" if h in ("stages", "knobs") else "right")
+    for i, p in enumerate(plan.get("pipelines", [])):
+        stages = p["stages"]
+        txt = " > ".join(f"{st['group']} tp{st['tp']} [{st['layers'][0]},{st['layers'][1]})" for st in stages)
+        knobs = " ".join(f"{k} {v}" for k, v in (p.get("strategy") or {}).items()) or "plan-wide"
+        worst = max(st.get("time_per_micro_batch_s", 0.0) for st in stages)
+        sh.add_row(str(i), str(p["replicas"]), str(p["micro_batches"]), knobs, txt, _s(worst))
+    tables = [head, sh]
+    bt = est.get("bridge_traffic") or []
+    br = Table(title="traffic across bridges", title_justify="left")
+    for h in ("groups", "traffic", "seconds per step"):
+        br.add_column(h, justify="right" if h == "seconds per step" else "left")
+    for b in bt:
+        br.add_row(" <-> ".join(b["groups"]), b["traffic"], f"{b['seconds_per_step']:.4g}")
+    if not bt:
+        br.add_row("-", "no traffic crosses a bridge", "0")
+    tables.append(br)
+    return tables

@@ -71,7 +71,7 @@ class HeteroResult:
     solves: int
     seconds: float
     standalone: dict[str, float]          # group -> tokens/s of its best plan alone
-    runners_up: tuple[tuple[str, float], ...]
+    runners_up: tuple[tuple[str, Estimate], ...]   # (template label, estimate), next best first
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,9 @@ class Template:
 
 
 def knobs_of(s: StrategySpec) -> ShapeKnobs:
-    return ShapeKnobs(micro_batch=s.micro_batch, cp=s.cp, ep=s.ep, etp=s.etp, zero=s.zero, vpp=s.vpp,
+    """Shape knobs from a homogeneous strategy. Interleaving is dropped (vpp 1): the solver moves
+    single layers between stages, which whole model chunks would forbid."""
+    return ShapeKnobs(micro_batch=s.micro_batch, cp=s.cp, ep=s.ep, etp=s.etp, zero=s.zero, vpp=1,
                       recompute=s.recompute, sequence_parallel=bool(s.sequence_parallel))
 
 
@@ -283,8 +285,13 @@ def _solve_template_cp(model, cluster, job, t: Template, base: StrategySpec, mem
     T = mdl.NewIntVar(0, 10**13, "T")
     xs, choice = [], []
     for j, ((_r, stages, _kn), rows) in enumerate(zip(shapes_st, coef, strict=True)):
-        x = [mdl.NewIntVar(1, model.layers, f"x{j}_{i}") for i in range(len(stages))]
-        mdl.Add(sum(x) == model.layers)
+        vpp = p_base.knob(p_base.shapes[j], "vpp")
+        if model.layers % vpp:
+            return None
+        # x = vpp * y: every stage holds whole model chunks (interleaved schedule)
+        ys = [mdl.NewIntVar(1, model.layers // vpp, f"y{j}_{i}") for i in range(len(stages))]
+        x = [vpp * y for y in ys]
+        mdl.Add(sum(ys) * vpp == model.layers)
         tau = mdl.NewIntVar(0, 10**10, f"tau{j}")
         ts = []
         for i, (a, c, u, k, cap) in enumerate(rows):
@@ -304,7 +311,7 @@ def _solve_template_cp(model, cluster, job, t: Template, base: StrategySpec, mem
                 # T >= (v - 1) * tau + sum_i t_i   (1F1B with unequal stages)
                 mdl.Add(T >= (v - 1) * tau + sum(ts)).OnlyEnforceIf(b)
         mdl.AddExactlyOne(bs.values())
-        xs.append(x)
+        xs.append(ys)
         choice.append(bs)
     mdl.Add(sum(un * v * b for un, bs in zip(units, choice, strict=True) for v, b in bs.items()) == B)
     mdl.Minimize(T)
@@ -313,20 +320,22 @@ def _solve_template_cp(model, cluster, job, t: Template, base: StrategySpec, mem
     solver.parameters.random_seed = 0
     solver.parameters.max_deterministic_time = max(0.05, time_limit_s)
     solver.parameters.relative_gap_limit = GAP_LIMIT
-    for (_r, stages, _kn), x in zip(shapes_st, xs, strict=True):
-        for xi, (lo, hi_) in zip(x, even_split(model.layers, len(stages)), strict=True):
-            mdl.AddHint(xi, hi_ - lo)
+    for (_r, stages, _kn), sh, ys in zip(shapes_st, p_base.shapes, xs, strict=True):
+        vpp = p_base.knob(sh, "vpp")
+        for yi, (lo, hi_) in zip(ys, even_split(model.layers // vpp, len(stages)), strict=True):
+            mdl.AddHint(yi, hi_ - lo)
     st = solver.Solve(mdl)
     if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
     shapes = []
-    for (r, stages, kn), x, bs in zip(shapes_st, xs, choice, strict=True):
+    for (r, stages, kn), sh, ys, bs in zip(shapes_st, p_base.shapes, xs, choice, strict=True):
         mv = next(v for v, b in bs.items() if solver.Value(b))
         if mv == 0:
             continue
+        vpp = p_base.knob(sh, "vpp")
         start, out = 0, []
-        for s_, xv in zip(stages, x, strict=True):
-            n = solver.Value(xv)
+        for s_, yv in zip(stages, ys, strict=True):
+            n = vpp * solver.Value(yv)
             out.append(StageSpec(s_.group, (start, start + n), s_.tp))
             start += n
         shapes.append(PipelineShape(r, mv, tuple(out), kn))
@@ -370,9 +379,10 @@ def polish(model, cluster, job, p: PipelinesSpec, memory_frac: float,
 
 def _neighbours(p: PipelinesSpec):
     for j, sh in enumerate(p.shapes):
+        step = p.knob(sh, "vpp")
         for i in range(len(sh.stages) - 1):
             a, b = sh.stages[i], sh.stages[i + 1]
-            for d in (1, -1):
+            for d in (step, -step):
                 na, nb = a.n_layers + d, b.n_layers - d
                 if na < 1 or nb < 1:
                     continue
@@ -470,6 +480,6 @@ def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySp
                         f"{', '.join(v.recompute for v in variants)}); add devices or lower the micro-batch")
     results.sort(key=lambda r: (r[0], r[1]))
     _, label, p, e, status, gap = results[0]
-    runners = tuple((lab, st) for st, lab, *_ in results[1:6])
+    runners = tuple((lab, e_) for _st, lab, _p, e_, *_ in results[1:6])
     standalone = standalone_throughputs(model, cluster, job, memory_frac, time_limit_s, searched)
     return HeteroResult(p, e, status, gap, n_temps, solves, time.perf_counter() - t0, standalone, runners)

@@ -52,7 +52,9 @@ def oracle(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategyS
             reps = tuple(r for r, _, _ in t.shapes)
             knobs = tuple(kn for _, _, kn in t.shapes)
             units = tuple(r * (kn.micro_batch or v.micro_batch) for r, kn in zip(reps, knobs, strict=True))
-            splits = [list(compositions(model.layers, len(sg))) for sg in stage_groups]
+            vpps = [kn.vpp or 1 for kn in knobs]
+            splits = [[tuple(c * vp for c in comp) for comp in compositions(model.layers // vp, len(sg))]
+                      if model.layers % vp == 0 else [] for sg, vp in zip(stage_groups, vpps, strict=True)]
             for ms in batch_splits(job.global_batch, units):
                 for layer_choice in product(*splits):
                     shapes = []

@@ -86,6 +86,7 @@ def check_pipelines(p: PipelinesSpec, model: ModelSpec, cluster: ClusterSpec, jo
                 f"replicas={sh.replicas} and micro_batches={sh.micro_batches} must be >= 1")
         require(len(sh.stages) >= 1, f"{where}.stages", "needs at least one stage")
         nxt = 0
+        vpp = p.knob(sh, "vpp")
         for i, st in enumerate(sh.stages):
             w = f"{where}.stages[{i}]"
             try:
@@ -97,6 +98,8 @@ def check_pipelines(p: PipelinesSpec, model: ModelSpec, cluster: ClusterSpec, jo
                     f"layers {list(st.layers)} must start at {nxt} and be non-empty (stages cover [0, {model.layers}) "
                     "contiguously)")
             nxt = st.layers[1]
+            require(st.n_layers % vpp == 0, f"{w}.layers",
+                    f"{st.n_layers} layers do not split into vpp={vpp} model chunks")
             require(st.tp >= 1 and model.heads % st.tp == 0 and model.kv_heads % st.tp == 0, f"{w}.tp",
                     f"tp={st.tp} must divide heads={model.heads} and kv_heads={model.kv_heads}")
             require(g.devices_per_node % st.tp == 0, f"{w}.tp",

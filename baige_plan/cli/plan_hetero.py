@@ -1,0 +1,51 @@
+"""`baige-plan plan` on a cluster of several groups: the CP-SAT heterogeneous solver."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from baige_plan.cli.common import Fmt, Recompute, err, fail_input, note, write_atomic
+from baige_plan.errors import InputError, SpecError
+from baige_plan.specs.job import JobSpec
+from baige_plan.specs.model import ModelSpec
+from baige_plan.specs.strategy import StrategySpec
+from baige_plan.specs.topology import ClusterSpec
+
+
+def plan_hetero(cat, m: ModelSpec, cl: ClusterSpec, job: JobSpec, *, micro_batch: int | None, zero: int | None,
+                recompute: Recompute | None, sequence_parallel: bool | None, attention: str, max_memory_frac: float,
+                time_limit: float | None, out: Path | None, fmt: Fmt) -> None:
+    from baige_plan.io.hetero_plans import hetero_plan_doc, hetero_plans_doc
+    from baige_plan.io.plans import chip_docs_from_catalog, dumps, format_for
+    from baige_plan.io.render_plans import hetero_tables, print_tables
+    from baige_plan.search.hetero import solve
+
+    base = StrategySpec(micro_batch=micro_batch or 1, zero=1 if zero is None else zero,
+                        recompute=recompute.value if recompute else "selective",
+                        sequence_parallel=True if sequence_parallel is None else sequence_parallel, attention=attention)
+    try:
+        r = solve(m, cl, job, base, memory_frac=max_memory_frac, time_limit_s=time_limit or 10.0,
+                  recompute_pinned=recompute is not None)
+        chip_docs = chip_docs_from_catalog(cat, cl) if out else {}
+    except InputError as ex:
+        fail_input(ex)
+    except SpecError as ex:
+        err(f"no feasible plan: {ex.field}: {ex.reason}")
+        raise typer.Exit(1) from None
+    note(f"solved {r.templates} pipeline templates with CP-SAT in {r.seconds:.2f} s: {r.status}"
+         + (f", gap {r.gap:.2%}" if r.gap else ""))
+    if out is not None:
+        try:
+            write_atomic(out, dumps(hetero_plan_doc(m, cl, job, r, chip_docs, max_memory_frac), format_for(out)))
+        except InputError as ex:
+            fail_input(ex)
+        note(f"wrote {out}")
+    doc = hetero_plans_doc(r, max_memory_frac)
+    if fmt is Fmt.table:
+        title = f"{m.name} on {cl.name} (global batch {job.global_batch}, seq {job.seq_len}, {job.precision})"
+        best = dict(doc["plans"][0])
+        print_tables(hetero_tables(best, title))
+    else:
+        typer.echo(dumps(doc, fmt.value), nl=False)

@@ -1,0 +1,81 @@
+"""Plan documents for heterogeneous clusters (several groups / chip families): the SPEC §4 plan
+file with one `pipelines` entry per pipeline shape, stages on their own group and tp, per-shape
+strategy knobs, the heterogeneous efficiency, and which traffic crosses which bridge."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from baige_plan import __version__
+from baige_plan.cost.estimate import Estimate
+from baige_plan.io.models import model_to_dict
+from baige_plan.io.plans import PLAN_SCHEMA, PLANS_SCHEMA, Flow, _sha, cluster_doc, job_doc
+from baige_plan.io.serialize import estimate_dict, rnd, strategy_dict
+from baige_plan.search.hetero import HeteroResult, heterogeneous_efficiency
+from baige_plan.search.hetero_placement import hetero_placement
+from baige_plan.specs.job import JobSpec
+from baige_plan.specs.model import ModelSpec
+from baige_plan.specs.pipeline import PipelinesSpec
+from baige_plan.specs.topology import ClusterSpec
+
+SOLVER = "OR-Tools CP-SAT over layer splits and batch shares per pipeline template + exact-model polish"
+
+
+def hetero_estimate_dict(e: Estimate, p: PipelinesSpec, standalone: dict[str, float]) -> dict:
+    """The contract estimate plus, for plans on several groups, `heterogeneous_efficiency` (SPEC §4),
+    the per-group standalone throughputs it comes from, per-shape times and the bridge traffic."""
+    d = estimate_dict(e)
+    d["heterogeneous_efficiency"] = rnd(heterogeneous_efficiency(e.tokens_per_s, standalone))
+    d["standalone_tokens_per_s"] = {g: rnd(v) for g, v in sorted(standalone.items())}
+    d["devices_used"] = dict(sorted(p.devices_by_group().items()))
+    d["shapes"] = [{"replicas": r, "micro_batches": m, "pipeline_time_s": rnd(t),
+                    "stages": [Flow(layers=list(c.layers), time_per_micro_batch_s=rnd(c.time_s),
+                                    memory_gib=rnd(c.memory_gib)) for c in costs]}
+                   for r, m, costs, t in e.shapes]
+    d["bridge_traffic"] = [Flow(groups=[a, b], traffic=kind, seconds_per_step=rnd(t)) for a, b, kind, t in e.bridge_traffic]
+    return d
+
+
+def hetero_pipelines_doc(p: PipelinesSpec, e: Estimate) -> list[dict]:
+    out = []
+    for sh, (_, _, costs, _) in zip(p.shapes, e.shapes, strict=True):
+        d: dict[str, Any] = {"replicas": sh.replicas, "micro_batches": sh.micro_batches}
+        if sh.knobs.items():
+            d["strategy"] = Flow(sh.knobs.items())
+        d["stages"] = [Flow(index=i, group=st.group, layers=list(st.layers), tp=st.tp,
+                            time_per_micro_batch_s=rnd(c.time_s), memory_gib=rnd(c.memory_gib))
+                       for i, (st, c) in enumerate(zip(sh.stages, costs, strict=True))]
+        out.append(d)
+    return out
+
+
+def _search_doc(r: HeteroResult, file: bool, max_memory_frac: float) -> dict:
+    return {"candidates": r.templates, "feasible": r.solves, "seconds": 0.0 if file else round(r.seconds, 3),
+            "solver": SOLVER, "status": r.status, "gap": rnd(r.gap), "max_memory_frac": max_memory_frac,
+            "runners_up": [{"template": lab, "strategy": Flow(strategy_dict(e.strategy, e.global_batch)),
+                            "step_time_s": rnd(e.step_time_s), "mfu": rnd(e.mfu),
+                            "peak_memory_gib": rnd(e.peak_memory_gib), "bottleneck": e.bottleneck}
+                           for lab, e in r.runners_up]}
+
+
+def hetero_plan_doc(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, r: HeteroResult,
+                    chip_docs: dict[str, dict], max_memory_frac: float) -> dict:
+    mdoc, cdoc, jdoc = model_to_dict(model), cluster_doc(cluster, chip_docs), job_doc(job)
+    e, p = r.estimate, r.pipelines
+    return {
+        "schema": PLAN_SCHEMA,
+        "tool": Flow(name="baige-plan", version=__version__),
+        "inputs": {"model": mdoc, "cluster": cdoc, "job": jdoc,
+                   "sha256": {"model": _sha(mdoc), "cluster": _sha(cdoc), "job": _sha(jdoc)}},
+        "strategy": Flow(strategy_dict(e.strategy, e.global_batch)),
+        "pipelines": hetero_pipelines_doc(p, e),
+        "estimate": hetero_estimate_dict(e, p, r.standalone),
+        "placement": [Flow(x.as_dict()) for x in hetero_placement(p, cluster)],
+        "search": _search_doc(r, True, max_memory_frac),
+    }
+
+
+def hetero_plans_doc(r: HeteroResult, max_memory_frac: float) -> dict:
+    d = hetero_estimate_dict(r.estimate, r.pipelines, r.standalone)
+    d["pipelines"] = hetero_pipelines_doc(r.pipelines, r.estimate)
+    return {"schema": PLANS_SCHEMA, "plans": [d], "search": _search_doc(r, False, max_memory_frac)}

@@ -1,0 +1,84 @@
+"""`plan` on the 128-card mixed A100 + Ascend 910B cluster (issue 4 acceptance)."""
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from baige_plan.cli.app import app
+
+runner = CliRunner()
+ARGS = ["plan", "llama3-70b", "mixed-a100-910b-128", "--global-batch", "512", "--seq-len", "4096"]
+
+
+@pytest.fixture(scope="module")
+def plan_file(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("hetero") / "plan.yaml"
+    r = runner.invoke(app, ARGS + ["--out", str(out)])
+    assert r.exit_code == 0, r.output
+    return out
+
+
+def test_plan_uses_both_families_tp_in_nodes_every_layer_once(plan_file):
+    doc = yaml.safe_load(plan_file.read_text())
+    groups = {g["name"]: g for g in doc["inputs"]["cluster"]["groups"]}
+    used = set()
+    for sh in doc["pipelines"]:
+        layers = [layer for st in sh["stages"] for layer in range(*st["layers"])]
+        assert layers == list(range(80))
+        for st in sh["stages"]:
+            used.add(st["group"])
+            assert groups[st["group"]]["devices_per_node"] % st["tp"] == 0
+    assert used == {"gpu", "npu"}
+    est = doc["estimate"]
+    assert 0 < est["heterogeneous_efficiency"] <= 1.2
+    assert set(est["standalone_tokens_per_s"]) == {"gpu", "npu"}
+    # placement: every used device once; a TP group never leaves its node
+    place = doc["placement"]
+    assert [p["rank"] for p in place] == list(range(len(place)))
+    assert len({(p["group"], p["node"], p["device"]) for p in place}) == len(place)
+    tp_groups = {}
+    for p in place:
+        tp_groups.setdefault((p["pipeline"], p["stage"], p["replica"], p["cp_rank"]), set()).add((p["group"], p["node"]))
+    assert all(len(v) == 1 for v in tp_groups.values())
+
+
+def test_two_runs_byte_identical(plan_file, tmp_path):
+    again = tmp_path / "again.yaml"
+    assert runner.invoke(app, ARGS + ["--out", str(again)]).exit_code == 0
+    assert again.read_bytes() == plan_file.read_bytes()
+
+
+def _evaluate(path: Path) -> float:
+    r = runner.invoke(app, ["evaluate", "--plan", str(path), "--format", "json"])
+    assert r.exit_code in (0, 1), r.output
+    return json.loads(r.stdout)["step_time_s"] if r.exit_code == 0 else float("inf")
+
+
+def test_evaluate_plan_reproduces_and_single_layer_moves_do_not_help(plan_file, tmp_path):
+    doc = yaml.safe_load(plan_file.read_text())
+    base = _evaluate(plan_file)
+    assert base == pytest.approx(doc["estimate"]["step_time_s"], rel=1e-5)
+    moves = 0
+    for j, sh in enumerate(doc["pipelines"]):
+        vpp = (sh.get("strategy") or {}).get("vpp", 1)
+        for i in range(len(sh["stages"]) - 1):
+            for d in (vpp, -vpp):
+                edited = yaml.safe_load(plan_file.read_text())
+                a, b = edited["pipelines"][j]["stages"][i], edited["pipelines"][j]["stages"][i + 1]
+                cut = a["layers"][1] + d
+                if not (a["layers"][0] < cut < b["layers"][1]):
+                    continue
+                a["layers"][1] = b["layers"][0] = cut
+                p = tmp_path / f"m{j}_{i}_{d}.yaml"
+                p.write_text(yaml.safe_dump(edited, sort_keys=False))
+                assert _evaluate(p) >= base * (1 - 1e-9), (j, i, d)
+                moves += 1
+    assert moves >= 2
+
+
+def test_pins_that_are_per_stage_are_rejected():
+    r = runner.invoke(app, ARGS + ["--tp", "8"])
+    assert r.exit_code == 2 and "--tp" in r.stderr
