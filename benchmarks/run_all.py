@@ -2,7 +2,9 @@
 
 Add a benchmark by writing a function returning a dict of figures and appending it to BENCHMARKS.
 Speed targets (issue 3, on a 2-core machine): gpt3-175b on a100-sxm4-80g:64x8, global batch 1536,
-full search <= 1 s; gpt3-175b on a100-sxm4-80g:2048x8, global batch 8192, <= 5 s.
+full search <= 1 s; gpt3-175b on a100-sxm4-80g:2048x8, global batch 8192, <= 5 s. Issue 4: llama3-70b on
+a100-sxm4-80g:8x8+ascend-910b:8x8 (batch 512, seq 4096) <= 1 s; llama3-405b on 16,384 devices of three
+families (batch 4096, seq 8192) <= 10 s.
 """
 
 from __future__ import annotations
@@ -47,7 +49,40 @@ def search_gpt3_16384() -> dict:
     return _search("gpt3-175b", "a100-sxm4-80g:2048x8", 8192, 2048, 5.0)
 
 
-BENCHMARKS: list[Callable[[], dict]] = [search_gpt3_512, search_gpt3_16384]
+def _hetero(model: str, cluster: str, global_batch: int, seq_len: int, target_s: float, repeats: int = 2) -> dict:
+    from baige_plan.search.hetero import heterogeneous_efficiency, solve
+    from baige_plan.specs.strategy import StrategySpec
+
+    cat = Catalog.create()
+    m = cat.model(model)
+    cl, _ = cat.cluster(cluster)
+    job = JobSpec(global_batch, seq_len)
+    times, r = [], None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        r = solve(m, cl, job, StrategySpec())
+        times.append(time.perf_counter() - t0)
+    shapes = "; ".join(f"{sh.replicas}x[" + " > ".join(f"{st.group} tp{st.tp} L{st.n_layers}" for st in sh.stages)
+                       + f"] m{sh.micro_batches}" for sh in r.pipelines.shapes)
+    return {"seconds_best": round(min(times), 3), "seconds_worst": round(max(times), 3), "target_s": target_s,
+            "meets_target": max(times) <= target_s, "devices": cl.devices, "templates": r.templates,
+            "status": r.status, "gap": round(r.gap, 4), "step_time_s": round(r.estimate.step_time_s, 3),
+            "heterogeneous_efficiency": round(heterogeneous_efficiency(r.estimate.tokens_per_s, r.standalone), 4),
+            "plan": shapes if len(shapes) < 400 else shapes[:400] + " ..."}
+
+
+def hetero_llama3_70b_128() -> dict:
+    """Issue 4: llama3-70b on a100-sxm4-80g:8x8+ascend-910b:8x8, batch 512, seq 4096: <= 1 s."""
+    return _hetero("llama3-70b", "a100-sxm4-80g:8x8+ascend-910b:8x8", 512, 4096, 1.0)
+
+
+def hetero_llama3_405b_16384() -> dict:
+    """Issue 4: llama3-405b on 16,384 devices of three families, batch 4096, seq 8192: <= 10 s."""
+    return _hetero("llama3-405b", "a100-sxm4-80g:512x8+h100-sxm5-80g:512x8+ascend-910b:1024x8", 4096, 8192, 10.0)
+
+
+BENCHMARKS: list[Callable[[], dict]] = [search_gpt3_512, search_gpt3_16384, hetero_llama3_70b_128,
+                                        hetero_llama3_405b_16384]
 
 
 def main() -> int:

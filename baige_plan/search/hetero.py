@@ -374,7 +374,35 @@ def polish(model, cluster, job, p: PipelinesSpec, memory_frac: float,
         if e is not None and e.step_time_s < best.step_time_s * (1 - 1e-12):
             p, best, since = cand, e, 0
             cands = list(_neighbours(p))
+    # Among equally fast splits prefer balanced ones: move a layer from the larger to the smaller of
+    # two adjacent identical stages while the step time does not grow (each move shrinks the imbalance).
+    smoothed = True
+    while smoothed and evals < 2 * max_evals:
+        smoothed = False
+        for cand in _smoothing_moves(p):
+            evals += 1
+            e = _exact(model, cluster, job, cand, memory_frac, cache)
+            if e is not None and e.step_time_s <= best.step_time_s * (1 + 1e-12):
+                p, best, smoothed = cand, e, True
+                break
     return p, best
+
+
+def _smoothing_moves(p: PipelinesSpec):
+    for j, sh in enumerate(p.shapes):
+        vpp = p.knob(sh, "vpp")
+        for i in range(len(sh.stages) - 1):
+            a, b = sh.stages[i], sh.stages[i + 1]
+            if (a.group, a.tp) != (b.group, b.tp) or abs(a.n_layers - b.n_layers) < 2 * vpp:
+                continue
+            d = -vpp if a.n_layers > b.n_layers else vpp
+            cut = a.layers[1] + d
+            stages = list(sh.stages)
+            stages[i] = StageSpec(a.group, (a.layers[0], cut), a.tp)
+            stages[i + 1] = StageSpec(b.group, (cut, b.layers[1]), b.tp)
+            shapes = list(p.shapes)
+            shapes[j] = replace(sh, stages=tuple(stages))
+            yield replace(p, shapes=tuple(shapes))
 
 
 def _neighbours(p: PipelinesSpec):
