@@ -59,3 +59,20 @@ def test_invalid_pipelines_are_rejected():
     over = PipelinesSpec((PipelineShape(16, 16, (StageSpec("gpu", (0, 80), 8),)),))
     with pytest.raises(SpecError, match="devices"):
         estimate_pipelines(m, cl, job, over)
+
+
+def test_hfu_equals_mfu_without_recompute_any_cp():
+    """With flash attention (causal half executed) and no recomputation, executed FLOPs equal
+    Megatron's model FLOPs, so HFU == MFU whatever the sharding (guards the device counting)."""
+    from baige_plan.specs.pipeline import ShapeKnobs
+    m = CAT.model("llama3-8b")
+    cl, _ = CAT.cluster("mixed-a100-910b-128")
+    job = JobSpec(64, 8192, "bf16")
+    p = PipelinesSpec((
+        PipelineShape(4, 8, (StageSpec("gpu", (0, 16), 4), StageSpec("gpu", (16, 32), 4)), ShapeKnobs(cp=2)),
+        PipelineShape(8, 4, (StageSpec("npu", (0, 32), 8),)),
+    ), recompute="none")
+    e = estimate_pipelines(m, cl, job, p)
+    assert math.isclose(e.hfu, e.mfu, rel_tol=1e-9)
+    h = estimate(m, CAT.cluster("a100-sxm4-80g:8x8")[0], job, StrategySpec(tp=4, cp=2, dp=8, recompute="none"))
+    assert math.isclose(h.hfu, h.mfu, rel_tol=1e-9)

@@ -163,7 +163,7 @@ def estimate_pipelines(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: 
     peak_sum = sum(n * ChipRates.of(cluster.group(gname).chip, job.precision).peak_flops for gname, n in used.items())
     tokens = job.global_batch * job.seq_len
     mflops = megatron_model_flops(model, job.global_batch, job.seq_len)
-    hw = sum(c.hw_flops * s_.micro_batches * s_.replicas * st.tp
+    hw = sum(c.hw_flops * s_.micro_batches * s_.replicas * st.tp * p.knob(s_, "cp")
              for s_, costs_, _ in shapes for st, c in zip(s_.stages, costs_, strict=True))
     times = [c.time_s for c in costs]
     t_max = max(times)
