@@ -12,6 +12,7 @@ REAL = Path(__file__).parents[1] / "benchmarks" / "real"
 sys.path.insert(0, str(REAL))
 
 import config as C  # noqa: E402
+import steptrace as S  # noqa: E402
 
 
 def test_presets_are_gpt_shapes():
@@ -39,6 +40,7 @@ def test_global_batch_arithmetic():
 @pytest.mark.parametrize("kwargs, msg", [
     ({"strategy": "tp", "world": 3, "tp": 3}, "tp=3 does not divide heads=16"),
     ({"strategy": "tp", "world": 4, "tp": 2}, "tp=2 != world=4"),
+    ({"strategy": "tp", "world": 2, "tp": 2, "_vocab": 50257}, "tp=2 does not divide vocab=50257"),
     ({"strategy": "pp", "world": 2, "grad_accum": 1}, "at least pp=2 micro-batches"),
     ({"strategy": "single", "world": 2}, "one GPU"),
     ({"strategy": "ddp", "world": 1}, "world >= 2"),
@@ -50,8 +52,10 @@ def test_global_batch_arithmetic():
     ({"micro_batch": 0}, "micro_batch must be a positive integer"),
 ])
 def test_invalid_combinations(kwargs, msg):
+    kwargs = dict(kwargs)
+    model = C.build_model("gpt-350m", vocab=kwargs.pop("_vocab", None))
     with pytest.raises(C.ConfigError, match=msg.replace("*", r"\*").replace("(", r"\(")):
-        C.build_run(C.build_model("gpt-350m"), **kwargs)
+        C.build_run(model, **kwargs)
 
 
 def test_invalid_models():
@@ -97,9 +101,64 @@ def test_committed_runs_file():
     rows = doc["rows"]
     assert len(rows) >= 8
     strategies = {r["parallel"]["framework"].split()[2] for r in rows}
-    assert {"DDP", "FSDP2", "DTensor", "pipelining", "single"} <= strategies
+    assert {"DDP", "FSDP2", "Megatron-style", "pipelining", "single"} <= strategies
     for r in rows:
         res = r["results"]
         assert res["step_time_s"] > 0 and res["peak_memory_gib"] > 0
+        assert res["gpu_busy_s"] > 0 and res["kernels_per_step"] > 0 and res["cpu_ops_per_step"] > 0
+        assert 0 < res["host_step_s"] <= res["step_time_s"] * 1.5
         assert r["parallel"]["global_batch_seqs"] == (r["parallel"]["micro_batch"] * r["parallel"]["grad_accum"]
                                                       * r["parallel"]["dp"])
+
+
+def test_row_carries_instrumentation():
+    cfg = C.build_run(C.build_model("gpt-350m"), "tp", world=2, micro_batch=8)
+    res = {"step_time_samples_s": [0.2], "peak_memory_gib": 1.0, "reserved_memory_gib": 2.0,
+           "host_step_s": 0.0512345678, "gpu_busy_s": 0.19, "kernels_per_step": 4321.0, "cpu_ops_per_step": 9876.0,
+           "optimizer_s": None, "per_rank": {"gpu_busy_s": [0.19, 0.18], "kernels_per_step": [4321.0, 4300.0]}}
+    r = C.make_row(cfg, res, {"gpu_model": "NVIDIA H200"}, "cmd", "2026-11-26")["results"]
+    assert r["host_step_s"] == 0.05123 and r["gpu_busy_s"] == 0.19
+    assert r["kernels_per_step"] == 4321 and isinstance(r["cpu_ops_per_step"], int)
+    assert "optimizer_s" not in r and "gpu_span_s" not in r
+    assert r["per_rank"] == {"gpu_busy_s": [0.19, 0.18], "kernels_per_step": [4321, 4300]}
+    assert C.make_row(cfg, res, {}, "cmd", "d")["parallel"]["framework"].split()[2] == "Megatron-style"
+
+
+def test_interval_union():
+    assert S.interval_union([]) == 0.0
+    assert S.interval_union([(0, 10), (5, 15), (20, 25), (21, 22), (30, 30)]) == 20.0
+    assert S.interval_union([(20, 25), (0, 10)]) == 15.0
+
+
+def test_analyze_trace_union_counts_and_optimizer():
+    def k(name, ts, dur, stream=7, corr=None, cat="kernel", device=0):
+        return {"ph": "X", "cat": cat, "name": name, "pid": device, "tid": stream, "ts": ts, "dur": dur,
+                "args": {"device": device, "stream": stream, "correlation": corr}}
+
+    def cpu(name, ts, dur, tid=1, cat="cpu_op", corr=None):
+        return {"ph": "X", "cat": cat, "name": name, "pid": 100, "tid": tid, "ts": ts, "dur": dur,
+                "args": {"correlation": corr} if corr is not None else {}}
+
+    ev = [
+        k("ampere_gemm", 100, 50, corr=1), k("ncclDevKernel_AllReduce", 120, 60, stream=9, corr=2),
+        k("Memset (Device)", 190, 5, cat="gpu_memset", corr=3), k("other_gpu", 100, 1000, device=1),
+        k("multi_tensor_apply_kernel", 300, 20, corr=4), k("multi_tensor_apply_kernel", 330, 10, corr=5),
+        cpu("aten::linear", 0, 30), cpu("aten::addmm", 5, 20), cpu("aten::t", 6, 2),
+        cpu("aten::mm", 10, 5, tid=2), cpu("profiler::x", 0, 1), cpu("autograd::engine", 0, 50, tid=2),
+        cpu("cudaLaunchKernel", 6, 1, cat="cuda_runtime", corr=1),
+        cpu(S.OPTIMIZER_RANGE, 200, 40, cat="user_annotation"),
+        cpu("cudaLaunchKernel", 210, 1, cat="cuda_runtime", corr=4),
+        cpu("cudaLaunchKernel", 220, 1, cat="cuda_runtime", corr=5),
+        cpu("cudaLaunchKernel", 230, 1, cat="cuda_runtime", corr=99, tid=3),     # another thread
+        {"ph": "s", "cat": "ac2g", "ts": 6, "id": 1},
+    ]
+    r = S.analyze_trace(ev, device=0)
+    assert r["gpu_busy_s"] == pytest.approx((80 + 5 + 20 + 10) * 1e-6)     # 100..180 union, memset, optimizer
+    assert r["gpu_kernel_sum_s"] == pytest.approx((50 + 60 + 20 + 10) * 1e-6)
+    assert r["nccl_busy_s"] == pytest.approx(60e-6)
+    assert r["compute_busy_s"] == pytest.approx((50 + 5 + 20 + 10) * 1e-6)
+    assert r["gpu_span_s"] == pytest.approx(240e-6)
+    assert r["kernels_per_step"] == 4
+    assert (r["cpu_ops_per_step"], r["cpu_top_ops_per_step"]) == (4, 2)
+    assert r["optimizer_kernels_s"] == pytest.approx(30e-6)
+    assert S.analyze_trace(ev, device=1)["kernels_per_step"] == 1

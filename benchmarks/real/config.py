@@ -186,6 +186,8 @@ def build_run(model: ModelConfig, strategy: str = "single", world: int = 1, tp: 
             raise ConfigError(f"tp={tp_} does not divide heads={model.heads}")
         if model.ffn_hidden % tp_:
             raise ConfigError(f"tp={tp_} does not divide ffn_hidden={model.ffn_hidden}")
+        if model.vocab % tp_:
+            raise ConfigError(f"tp={tp_} does not divide vocab={model.vocab} (vocab-parallel embedding)")
         if world != tp_:
             raise ConfigError(f"strategy 'tp' uses all GPUs for tensor parallelism (dp=1): tp={tp_} != world={world}")
     if strategy == "pp":
@@ -308,7 +310,7 @@ def make_row(cfg: RunConfig, results: dict[str, Any], env: dict[str, Any], comma
     step = _median(samples)
     m = cfg.model
     tokens = cfg.global_batch * m.seq_len
-    framework = {"single": "single GPU", "ddp": "DDP", "fsdp": "FSDP2 fully_shard", "tp": "DTensor TP",
+    framework = {"single": "single GPU", "ddp": "DDP", "fsdp": "FSDP2 fully_shard", "tp": "Megatron-style TP",
                  "pp": f"pipelining {cfg.pp_schedule.upper()}"}[cfg.strategy]
     sharding = {"single": "none (1 GPU)", "ddp": "none (DDP)", "fsdp": "FSDP FULL_SHARD (ZeRO-3)",
                 "tp": "none (tensor parallel)", "pp": "none (pipeline parallel)"}[cfg.strategy]
@@ -338,8 +340,30 @@ def make_row(cfg: RunConfig, results: dict[str, Any], env: dict[str, Any], comma
                     "peak_memory_gib": round(float(results["peak_memory_gib"]), 3),
                     "reserved_memory_gib": round(float(results["reserved_memory_gib"]), 3),
                     "tokens_per_s_per_gpu": round(tokens / step / num_gpus, 1),
-                    "warmup_steps": cfg.warmup, "timed_steps": cfg.steps},
+                    "warmup_steps": cfg.warmup, "timed_steps": cfg.steps,
+                    **_instrumentation(results)},
     }
+
+
+#: Per-run instrumentation (benchmarks/real/harness.py, steptrace.py), rank 0 unless `per_rank`:
+#: host_step_s / optimizer_s are medians over the timed steps; the rest come from one extra
+#: profiled step after them (profiled_step_s is its wall time, with the profiler's overhead).
+INSTRUMENTATION_KEYS = ("host_step_s", "gpu_busy_s", "compute_busy_s", "nccl_busy_s", "gpu_kernel_sum_s",
+                        "gpu_span_s", "kernels_per_step", "cpu_ops_per_step", "cpu_top_ops_per_step",
+                        "optimizer_s", "optimizer_kernels_s", "profiled_step_s", "profiled_host_step_s")
+_COUNT_KEYS = ("kernels_per_step", "cpu_ops_per_step", "cpu_top_ops_per_step")
+
+
+def _fig(k: str, v: Any) -> Any:
+    return int(round(float(v))) if k in _COUNT_KEYS else round(float(v), 5)
+
+
+def _instrumentation(results: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {k: _fig(k, results[k]) for k in INSTRUMENTATION_KEYS if results.get(k) is not None}
+    per = results.get("per_rank")
+    if per:
+        out["per_rank"] = {k: [_fig(k, x) for x in v] for k, v in per.items()}
+    return out
 
 
 PRECISION_DETAIL = {

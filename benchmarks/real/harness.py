@@ -14,6 +14,11 @@ FSDP2 keeps fp32 sharded params and states and all-gathers bf16 params for compu
 (MixedPrecisionPolicy param_dtype=bf16, reduce_dtype=fp32). Attention is
 F.scaled_dot_product_attention (causal; flash kernel for bf16 on Hopper). Synthetic tokens.
 
+Tensor parallelism is Megatron-style on plain tensors (`_tp_layers`: torch.autograd.Function +
+torch.distributed.all_reduce, no DTensor), with a vocab-parallel embedding, output layer and
+cross-entropy. After the timed steps one extra step runs under torch.profiler (instrumentation:
+GPU busy time, kernel and aten-op counts; see steptrace.py); it is not in the median.
+
 Configuration parsing lives in config.py (no torch); torch is imported in `main` only.
 """
 
@@ -35,6 +40,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import config as C  # noqa: E402  (benchmarks/real/config.py, torch-free)
+from steptrace import OPTIMIZER_RANGE  # noqa: E402  (torch-free)
 
 # Keep NVLink multicast off (device README): set before torch.distributed initialises NCCL.
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
@@ -59,66 +65,254 @@ def cli_command(cfg: C.RunConfig) -> str:
 # torch part
 
 
-def _build_modules(torch, nn, F):
+def _tp_layers(torch, nn, F, dist):
+    """Megatron-style tensor parallelism on plain tensors (Shoeybi et al. 2019, sec. 3):
+    `copy_to_tp` is Megatron's `f` (forward identity, backward all-reduce of the input gradient),
+    `reduce_from_tp` its `g` (forward all-reduce of the output, backward identity). A column-parallel
+    Linear shards the output dimension and starts with `f`; a row-parallel Linear shards the input
+    dimension and ends with `g` (bias added once, after the reduction). The vocabulary is split
+    over the ranks for the embedding, the tied output layer and the cross-entropy. No DTensor."""
+    import math
+    from types import SimpleNamespace
+
+    class _Copy(torch.autograd.Function):             # f
+        @staticmethod
+        def forward(ctx, x, group):
+            ctx.group = group
+            return x
+
+        @staticmethod
+        def backward(ctx, g):
+            g = g.contiguous()
+            dist.all_reduce(g, group=ctx.group)
+            return g, None
+
+    class _Reduce(torch.autograd.Function):           # g
+        @staticmethod
+        def forward(ctx, x, group):
+            x = x.contiguous()
+            dist.all_reduce(x, group=group)
+            return x
+
+        @staticmethod
+        def backward(ctx, g):
+            return g, None
+
+    def _compute_dtype(x):
+        """The autocast dtype when autocast is on: cast before `f` so that its backward
+        all-reduce moves 16-bit gradients, as Megatron's bf16 activations do."""
+        dt = x.device.type
+        if torch.is_autocast_enabled(dt):
+            return x.to(torch.get_autocast_dtype(dt))
+        return x
+
+    def copy_to_tp(x, tp):
+        return _Copy.apply(_compute_dtype(x), tp.group)
+
+    def reduce_from_tp(x, tp):
+        return _Reduce.apply(x, tp.group)
+
+    def _uniform(t, fan_in):
+        b = 1.0 / math.sqrt(fan_in)                   # nn.Linear's default bound, of the full layer
+        with torch.no_grad():
+            t.uniform_(-b, b)
+        return t
+
+    class ColumnParallelLinear(nn.Module):
+        def __init__(self, in_f: int, out_f: int, tp, bias: bool = True):
+            super().__init__()
+            assert out_f % tp.size == 0, (out_f, tp.size)
+            self.tp = tp
+            self.weight = nn.Parameter(_uniform(torch.empty(out_f // tp.size, in_f), in_f))
+            self.bias = nn.Parameter(_uniform(torch.empty(out_f // tp.size), in_f)) if bias else None
+
+        def forward(self, x):
+            return F.linear(copy_to_tp(x, self.tp), self.weight, self.bias)
+
+    class RowParallelLinear(nn.Module):
+        def __init__(self, in_f: int, out_f: int, tp, bias: bool = True):
+            super().__init__()
+            assert in_f % tp.size == 0, (in_f, tp.size)
+            self.tp = tp
+            self.weight = nn.Parameter(_uniform(torch.empty(out_f, in_f // tp.size), in_f))
+            self.bias = nn.Parameter(_uniform(torch.empty(out_f), in_f)) if bias else None
+
+        def forward(self, x):                         # x: this rank's slice of the features
+            y = reduce_from_tp(F.linear(x, self.weight), self.tp)
+            return y if self.bias is None else y + self.bias.to(y.dtype)
+
+    class VocabParallelEmbedding(nn.Module):
+        """Rows [rank*V/tp, (rank+1)*V/tp) of the token embedding; other tokens look up zeros
+        here and the all-reduce (`g`) assembles the full embedding (output fp32, as nn.Embedding's
+        under autocast in the unsharded model)."""
+
+        def __init__(self, vocab: int, h: int, tp):
+            super().__init__()
+            assert vocab % tp.size == 0, (vocab, tp.size)
+            self.tp = tp
+            self.per = vocab // tp.size
+            self.start = tp.rank * self.per
+            self.weight = nn.Parameter(torch.empty(self.per, h))
+            with torch.no_grad():
+                self.weight.normal_()                 # nn.Embedding's default
+            self.weight_is_vocab_parallel = True
+
+        def forward(self, ids):
+            local = ids - self.start
+            outside = (local < 0) | (local >= self.per)
+            e = F.embedding(local.masked_fill(outside, 0), self.weight)
+            return reduce_from_tp(e.masked_fill(outside.unsqueeze(-1), 0.0), self.tp)
+
+    class _VocabParallelCE(torch.autograd.Function):
+        """Megatron's vocab-parallel cross-entropy: three all-reduces (max, target logit,
+        sum of exp) over fp32 logits of this rank's vocabulary slice; per-token loss."""
+
+        @staticmethod
+        def forward(ctx, logits, target, start, group):
+            ctx.in_dtype = logits.dtype
+            x = logits.float()
+            if x.data_ptr() == logits.data_ptr():
+                x = x.clone()
+            lmax = x.max(dim=-1)[0]
+            dist.all_reduce(lmax, op=dist.ReduceOp.MAX, group=group)
+            x.sub_(lmax.unsqueeze(-1))
+            local = target - start
+            outside = (local < 0) | (local >= x.shape[-1])
+            local = local.masked_fill(outside, 0)
+            pred = x.gather(-1, local.unsqueeze(-1)).squeeze(-1).masked_fill(outside, 0.0)
+            dist.all_reduce(pred, group=group)
+            x.exp_()
+            sum_exp = x.sum(dim=-1)
+            dist.all_reduce(sum_exp, group=group)
+            x.div_(sum_exp.unsqueeze(-1))
+            ctx.save_for_backward(x, outside, local)
+            return torch.log(sum_exp) - pred
+
+        @staticmethod
+        def backward(ctx, g):
+            softmax, outside, local = ctx.saved_tensors
+            grad = softmax                            # in place, as Megatron (backward runs once)
+            grad.scatter_add_(-1, local.unsqueeze(-1), (outside.to(grad.dtype) - 1.0).unsqueeze(-1))
+            grad.mul_(g.unsqueeze(-1))
+            return grad.to(ctx.in_dtype), None, None, None
+
+    def vocab_parallel_cross_entropy(logits, target, start, tp):
+        """Mean loss over tokens; logits (N, V/tp) of this rank's slice starting at `start`."""
+        return _VocabParallelCE.apply(logits, target, start, tp.group).mean()
+
+    return SimpleNamespace(copy_to_tp=copy_to_tp, reduce_from_tp=reduce_from_tp,
+                           ColumnParallelLinear=ColumnParallelLinear, RowParallelLinear=RowParallelLinear,
+                           VocabParallelEmbedding=VocabParallelEmbedding,
+                           vocab_parallel_cross_entropy=vocab_parallel_cross_entropy)
+
+
+def _build_modules(torch, nn, F, dist=None):
+    """(GPT, tp layers or None). `GPT(..., tp=SimpleNamespace(group, size, rank))` builds the
+    Megatron-style tensor-parallel model on plain tensors; tp=None the unsharded one."""
     from torch.utils.checkpoint import checkpoint
 
-    class Block(nn.Module):
-        """Pre-LN transformer block. q/k/v are separate Linears so that column-parallel
-        sharding of each splits whole heads (Megatron interleaves a fused QKV instead)."""
+    L = _tp_layers(torch, nn, F, dist) if dist is not None else None
 
-        def __init__(self, h: int, heads: int, f: int):
+    class Block(nn.Module):
+        """Pre-LN transformer block with one fused QKV GEMM. Its output features are laid out
+        [q | k | v], each over this rank's heads: under tensor parallelism every rank's column
+        shard holds whole heads (the per-partition layout of Megatron's fused QKV)."""
+
+        def __init__(self, h: int, heads: int, f: int, tp=None):
             super().__init__()
             self.head_dim = h // heads
             self.ln1 = nn.LayerNorm(h)
-            self.q = nn.Linear(h, h)
-            self.k = nn.Linear(h, h)
-            self.v = nn.Linear(h, h)
-            self.out = nn.Linear(h, h)
             self.ln2 = nn.LayerNorm(h)
-            self.fc1 = nn.Linear(h, f)
-            self.fc2 = nn.Linear(f, h)
+            if tp is None:
+                self.qkv = nn.Linear(h, 3 * h)
+                self.out = nn.Linear(h, h)
+                self.fc1 = nn.Linear(h, f)
+                self.fc2 = nn.Linear(f, h)
+            else:
+                self.qkv = L.ColumnParallelLinear(h, 3 * h, tp)
+                self.out = L.RowParallelLinear(h, h, tp)
+                self.fc1 = L.ColumnParallelLinear(h, f, tp)
+                self.fc2 = L.RowParallelLinear(f, h, tp)
 
         def forward(self, x):
             b, t, _ = x.shape
-            y = self.ln1(x)
-            q, k, v = self.q(y), self.k(y), self.v(y)
-            nh = q.shape[-1] // self.head_dim          # local heads under tensor parallelism
-            q, k, v = (z.view(b, t, nh, self.head_dim).transpose(1, 2) for z in (q, k, v))
+            qkv = self.qkv(self.ln1(x))
+            nh = qkv.shape[-1] // (3 * self.head_dim)     # local heads under tensor parallelism
+            q, k, v = qkv.view(b, t, 3, nh, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
             a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
             a = a.transpose(1, 2).reshape(b, t, nh * self.head_dim)
             x = x + self.out(a)
             return x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
 
     class GPT(nn.Module):
-        """Whole model (first=last=True) or one pipeline stage of it."""
+        """Whole model (first=last=True) or one pipeline stage of it. With `tp`, forward returns
+        this rank's vocabulary slice of the logits (use `loss`, which knows)."""
 
         def __init__(self, m: C.ModelConfig, layers: int, first: bool = True, last: bool = True,
-                     tie: bool = True, recompute: bool = False):
+                     tie: bool = True, recompute: bool = False, tp=None, amp: bool = True):
             super().__init__()
-            self.first, self.last, self.recompute = first, last, recompute
+            self.first, self.last, self.recompute, self.tp, self.amp = first, last, recompute, tp, amp
             self.vocab = m.vocab
+            if tp is not None and not (first and last and tie):
+                raise ValueError("the tensor-parallel model is whole and ties embedding and output layer")
             if first:
-                self.wte = nn.Embedding(m.vocab, m.hidden)
+                self.wte = nn.Embedding(m.vocab, m.hidden) if tp is None else L.VocabParallelEmbedding(m.vocab, m.hidden, tp)
                 self.wpe = nn.Embedding(m.seq_len, m.hidden)
-            self.blocks = nn.ModuleList(Block(m.hidden, m.heads, m.ffn_hidden) for _ in range(layers))
+            self.blocks = nn.ModuleList(Block(m.hidden, m.heads, m.ffn_hidden, tp) for _ in range(layers))
             if last:
                 self.ln_f = nn.LayerNorm(m.hidden)
-                self.head = nn.Linear(m.hidden, m.vocab, bias=False)
-                if tie and first:
-                    self.head.weight = self.wte.weight
+                if tp is None:
+                    self.head = nn.Linear(m.hidden, m.vocab, bias=False)
+                    if tie and first:
+                        self.head.weight = self.wte.weight
 
         def forward(self, x):
-            with torch.autocast("cuda", dtype=torch.bfloat16):
+            with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=self.amp):
                 if self.first:
                     pos = torch.arange(x.shape[1], device=x.device)
                     x = self.wte(x) + self.wpe(pos)
                 for blk in self.blocks:
                     x = checkpoint(blk, x, use_reentrant=False) if self.recompute else blk(x)
                 if self.last:
-                    x = self.head(self.ln_f(x))
+                    y = self.ln_f(x)
+                    if self.tp is None:
+                        return self.head(y)
+                    return F.linear(L.copy_to_tp(y, self.tp), self.wte.weight)   # column-parallel, tied
                 return x
 
+        def loss(self, logits, target):
+            """Mean cross-entropy on fp32 logits (vocab-parallel under tp)."""
+            if self.tp is None:
+                return F.cross_entropy(logits.float().view(-1, self.vocab), target.reshape(-1))
+            return L.vocab_parallel_cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1),
+                                                  self.wte.start, self.tp)
+
     return GPT
+
+
+def shard_state_dict(full: dict, rank: int, size: int) -> dict:
+    """The tensor-parallel rank's parameters cut from an unsharded model's state dict (for
+    tests: the sharded model then computes the unsharded one's loss and gradients)."""
+    import torch
+
+    out = {}
+    for k, v in full.items():
+        mod, _, leaf = k.rpartition(".")
+        if mod.endswith(".qkv"):                      # [q | k | v] of all heads -> of this rank's heads
+            n = v.shape[0] // 3
+            per = n // size
+            out[k] = torch.cat([v[i * n + rank * per: i * n + (rank + 1) * per] for i in range(3)], dim=0)
+        elif mod.endswith(".fc1") or k == "wte.weight":
+            per = v.shape[0] // size
+            out[k] = v[rank * per:(rank + 1) * per]
+        elif mod.endswith((".out", ".fc2")) and leaf == "weight":
+            per = v.shape[1] // size
+            out[k] = v[:, rank * per:(rank + 1) * per]
+        elif k == "head.weight":
+            continue                                  # tied to wte.weight
+        else:
+            out[k] = v
+    return {k: v.clone() for k, v in out.items()}
 
 
 def _env_info(torch) -> dict:
@@ -137,14 +331,79 @@ def _env_info(torch) -> dict:
             "cuda": str(torch.version.cuda), "nccl": nccl, "gpus_per_node": torch.cuda.device_count()}
 
 
-def run_one(cfg: C.RunConfig, torch, dist, rank: int, local_rank: int, log) -> dict:
-    """Build, train warmup+steps steps, return {step_time_samples_s, peak/reserved memory}."""
+def _profile_step(torch, step, sync) -> dict:
+    """One extra step under torch.profiler (after the timed steps; not in the median): the
+    figures of steptrace.analyze_trace, plus the profiled step's own wall and host times."""
+    import steptrace
+    from torch.profiler import ProfilerActivity, profile
+
+    path = Path(f"/tmp/baige_trace_{os.getpid()}.json")
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    sync()
+    with profile(activities=acts) as prof:
+        t0 = time.perf_counter()
+        step()
+        th = time.perf_counter()
+        sync()
+        t1 = time.perf_counter()
+    out = None
+    try:
+        prof.export_chrome_trace(str(path))
+        events = json.loads(path.read_text(encoding="utf-8")).get("traceEvents", [])
+        out = steptrace.analyze_trace(events)   # one GPU per process: every device event is ours
+    except Exception as e:  # noqa: BLE001 - fall back on the profiler's own event list
+        print(f"harness: chrome trace unreadable ({type(e).__name__}: {e}); using prof.events()", file=sys.stderr)
+    finally:
+        path.unlink(missing_ok=True)
+    if out is None or (torch.cuda.is_available() and out["kernels_per_step"] == 0):
+        from torch.autograd import DeviceType
+
+        evs = []
+        for e in prof.events():
+            rec = {"ph": "X", "name": e.name, "ts": e.time_range.start, "dur": e.time_range.elapsed_us(),
+                   "pid": 0, "tid": e.thread}
+            if e.device_type == DeviceType.CUDA and not getattr(e, "is_user_annotation", False):
+                rec["cat"] = ("gpu_memcpy" if e.name.startswith("Memcpy") else
+                              "gpu_memset" if e.name.startswith("Memset") else "kernel")
+            elif e.device_type == DeviceType.CPU:
+                rec["cat"] = "cpu_op"
+            else:
+                continue
+            evs.append(rec)
+        out = steptrace.analyze_trace(evs)
+        out.pop("optimizer_kernels_s", None)
+        print("harness: profiled-step figures from prof.events()", file=sys.stderr, flush=True)
+    out["profiled_step_s"] = t1 - t0
+    out["profiled_host_step_s"] = th - t0
+    return out
+
+
+#: figures gathered from every rank (rank 0's go into the row; all ranks' into per_rank)
+_RANK_KEYS = ("host_step_s", "gpu_busy_s", "compute_busy_s", "nccl_busy_s", "gpu_kernel_sum_s", "gpu_span_s",
+              "kernels_per_step", "cpu_ops_per_step", "cpu_top_ops_per_step", "optimizer_s",
+              "optimizer_kernels_s", "profiled_step_s", "profiled_host_step_s")
+
+
+def run_one(cfg: C.RunConfig, torch, dist, rank: int, local_rank: int, log, profile: bool = True,
+            device=None) -> dict:
+    """Build, train warmup+steps timed steps (+1 profiled step), return
+    {step_time_samples_s, peak/reserved memory, instrumentation figures}. `device` defaults to
+    cuda:local_rank; a CPU device (with gloo) serves the tests."""
+    import contextlib
+    from types import SimpleNamespace
+
     import torch.nn as nn
     import torch.nn.functional as F
 
-    GPT = _build_modules(torch, nn, F)
+    GPT = _build_modules(torch, nn, F, dist)
     m = cfg.model
-    dev = torch.device("cuda", local_rank)
+    dev = device if device is not None else torch.device("cuda", local_rank)
+    cuda = dev.type == "cuda"
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize(dev)
+
     torch.manual_seed(cfg.seed)                         # same weights and data on every rank
     g = torch.Generator(device=dev)
     g.manual_seed(cfg.seed + (rank if cfg.strategy in ("ddp", "fsdp") else 0))
@@ -152,20 +411,29 @@ def run_one(cfg: C.RunConfig, torch, dist, rank: int, local_rank: int, log) -> d
     mb, ga = cfg.micro_batch, cfg.grad_accum
     x = torch.randint(0, m.vocab, (ga, mb, m.seq_len), device=dev, generator=g)
     y = torch.randint(0, m.vocab, (ga, mb, m.seq_len), device=dev, generator=g)
+    ev_opt = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) if cuda else None
 
-    def loss_of(logits, target):
-        return F.cross_entropy(logits.float().view(-1, m.vocab), target.reshape(-1))
+    def optimizer_step():
+        if ev_opt:
+            ev_opt[0].record()
+        with torch.profiler.record_function(OPTIMIZER_RANGE):
+            for o in optims:
+                o.step()
+                o.zero_grad(set_to_none=True)
+        if ev_opt:
+            ev_opt[1].record()
 
     optims = []
     if cfg.strategy == "pp":
         from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
         per = m.layers // cfg.pp
-        stage_mod = GPT(m, per, first=rank == 0, last=rank == cfg.pp - 1, tie=False, recompute=recompute).to(dev)
+        with dev:
+            stage_mod = GPT(m, per, first=rank == 0, last=rank == cfg.pp - 1, tie=False, recompute=recompute)
         stage = PipelineStage(stage_mod, stage_index=rank, num_stages=cfg.pp, device=dev)
         sched_cls = Schedule1F1B if cfg.pp_schedule == "1f1b" else ScheduleGPipe
-        schedule = sched_cls(stage, n_microbatches=ga, loss_fn=loss_of)
-        optims.append(torch.optim.AdamW(stage_mod.parameters(), lr=1e-4, fused=True))
+        schedule = sched_cls(stage, n_microbatches=ga, loss_fn=stage_mod.loss)
+        optims.append(torch.optim.AdamW(stage_mod.parameters(), lr=1e-4, fused=cuda))
         xb, yb = x.view(ga * mb, m.seq_len), y.view(ga * mb, m.seq_len)
 
         def step():
@@ -175,18 +443,21 @@ def run_one(cfg: C.RunConfig, torch, dist, rank: int, local_rank: int, log) -> d
                 schedule.step(target=yb, losses=[])
             else:
                 schedule.step()
-            for o in optims:
-                o.step()
-                o.zero_grad(set_to_none=True)
+            optimizer_step()
     else:
-        model = GPT(m, m.layers, tie=cfg.tie_embeddings, recompute=recompute).to(dev)
+        tp = None
+        if cfg.strategy == "tp":
+            tp = SimpleNamespace(group=dist.group.WORLD, size=cfg.tp, rank=dist.get_rank())
+        with dev:
+            model = GPT(m, m.layers, tie=cfg.tie_embeddings, recompute=recompute, tp=tp)
+        loss_of = model.loss
         no_sync = None
         if cfg.strategy == "ddp":
             from torch.nn.parallel import DistributedDataParallel as DDP
 
-            model = DDP(model, device_ids=[local_rank])
+            model = DDP(model, device_ids=[local_rank] if cuda else None)
             no_sync = model.no_sync
-            optims.append(torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True))
+            optims.append(torch.optim.AdamW(model.parameters(), lr=1e-4, fused=cuda))
         elif cfg.strategy == "fsdp":
             try:
                 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -197,24 +468,8 @@ def run_one(cfg: C.RunConfig, torch, dist, rank: int, local_rank: int, log) -> d
                 fully_shard(blk, mp_policy=mp)
             fully_shard(model, mp_policy=mp)
             optims.append(torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True))
-        elif cfg.strategy == "tp":
-            from torch.distributed.device_mesh import init_device_mesh
-            from torch.distributed.tensor import DTensor
-            from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
-
-            mesh = init_device_mesh("cuda", (cfg.tp,))
-            plan = {"q": ColwiseParallel(), "k": ColwiseParallel(), "v": ColwiseParallel(),
-                    "out": RowwiseParallel(), "fc1": ColwiseParallel(), "fc2": RowwiseParallel()}
-            for blk in model.blocks:
-                parallelize_module(blk, mesh, plan)
-            dt = [p for p in model.parameters() if isinstance(p, DTensor)]
-            plain = [p for p in model.parameters() if not isinstance(p, DTensor)]
-            optims.append(torch.optim.AdamW(dt, lr=1e-4, foreach=True))
-            optims.append(torch.optim.AdamW(plain, lr=1e-4, foreach=True))
-        else:
-            optims.append(torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True))
-
-        import contextlib
+        else:                                           # single, tp (plain tensors: fused AdamW)
+            optims.append(torch.optim.AdamW(model.parameters(), lr=1e-4, fused=cuda))
 
         def step():
             for i in range(ga):
@@ -222,27 +477,55 @@ def run_one(cfg: C.RunConfig, torch, dist, rank: int, local_rank: int, log) -> d
                 with ctx:
                     loss = loss_of(model(x[i]), y[i]) / ga
                     loss.backward()
-            for o in optims:
-                o.step()
-                o.zero_grad(set_to_none=True)
+            optimizer_step()
 
-    times = []
+    times, host, opt = [], [], []
     for i in range(cfg.warmup + cfg.steps):
-        torch.cuda.synchronize(dev)
+        sync()
         t0 = time.perf_counter()
         step()
-        torch.cuda.synchronize(dev)
+        th = time.perf_counter()                        # host done: every kernel of the step launched
+        sync()
         if i >= cfg.warmup:
             times.append(time.perf_counter() - t0)
+            host.append(th - t0)
+            if ev_opt:
+                opt.append(ev_opt[0].elapsed_time(ev_opt[1]) * 1e-3)
     gib = 1024 ** 3
     t = torch.tensor(times, device=dev, dtype=torch.float64)
-    mem = torch.tensor([torch.cuda.max_memory_allocated(dev) / gib, torch.cuda.max_memory_reserved(dev) / gib],
-                       device=dev, dtype=torch.float64)
+    mem = torch.tensor([torch.cuda.max_memory_allocated(dev) / gib, torch.cuda.max_memory_reserved(dev) / gib]
+                       if cuda else [0.0, 0.0], device=dev, dtype=torch.float64)
     if dist.is_initialized():
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         dist.all_reduce(mem, op=dist.ReduceOp.MAX)
-    return {"step_time_samples_s": t.tolist(), "peak_memory_gib": mem[0].item(),
-            "reserved_memory_gib": mem[1].item()}
+    figs = {"host_step_s": statistics.median(host)}
+    if opt:
+        figs["optimizer_s"] = statistics.median(opt)
+    if profile:
+        try:
+            figs.update(_profile_step(torch, step, sync))
+        except Exception as e:  # noqa: BLE001 - the timing stands without the profile
+            print(f"harness: rank {rank}: profiled step failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+            sync()
+    vec = torch.tensor([float(figs.get(k, float("nan"))) for k in _RANK_KEYS], device=dev, dtype=torch.float64)
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    if world > 1:
+        parts = [torch.empty_like(vec) for _ in range(world)]
+        dist.all_gather(parts, vec)
+        per_rank = [p.tolist() for p in parts]
+    else:
+        per_rank = [vec.tolist()]
+    res = {"step_time_samples_s": t.tolist(), "peak_memory_gib": mem[0].item(),
+           "reserved_memory_gib": mem[1].item()}
+    for j, k in enumerate(_RANK_KEYS):
+        v0 = per_rank[0][j]
+        if v0 == v0:                                    # not NaN
+            res[k] = v0
+    if world > 1:
+        res["per_rank"] = {k: [r[j] for r in per_rank] for j, k in enumerate(_RANK_KEYS)
+                           if k in ("host_step_s", "gpu_busy_s", "nccl_busy_s", "kernels_per_step",
+                                    "cpu_ops_per_step") and all(r[j] == r[j] for r in per_rank)}
+    return res
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -253,6 +536,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--part", default="0/1", help="with --plan: run entries i with i %% N == K (K/N)")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/real/runs_h100.yaml"))
     ap.add_argument("--log", type=Path, help="append one JSON line per run here")
+    ap.add_argument("--no-profile", dest="profile", action="store_false",
+                    help="skip the extra torch.profiler step (gpu_busy_s, kernels, cpu ops)")
     ns = ap.parse_args(argv)
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -294,7 +579,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.reset_peak_memory_stats()
         t0 = time.time()
         try:
-            res = run_one(cfg, torch, dist, rank, local_rank, log)
+            res = run_one(cfg, torch, dist, rank, local_rank, log, profile=ns.profile)
         except Exception as e:  # noqa: BLE001 - record and continue with the next configuration
             failures += 1
             msg = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
@@ -313,6 +598,8 @@ def main(argv: list[str] | None = None) -> int:
                        "reserved_memory_gib": r["reserved_memory_gib"],
                        "tokens_per_s_per_gpu": r["tokens_per_s_per_gpu"],
                        "spread": round(statistics.pstdev(r["step_time_samples_s"]) / r["step_time_s"], 4),
+                       **{k: r[k] for k in ("host_step_s", "gpu_busy_s", "nccl_busy_s", "kernels_per_step",
+                                            "cpu_ops_per_step", "optimizer_s", "profiled_step_s") if k in r},
                        "wall_s": round(time.time() - t0, 1)}
             print(json.dumps(summary), flush=True)
             if ns.log:

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Everything measured on nvidia-h100-x2 in one go (docs/VALIDATION.md). Run from the repo root:
 #   OUT=/tmp/out bash benchmarks/real/run_h100x2.sh
+# CHIP_PROFILE=0 skips the chip profile (harness runs only). The runs land in $OUT/runs_<gpu>.yaml
+# (<gpu> = h200 or h100, from the device name).
 set -u
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 O=${OUT:-/tmp/out}; mkdir -p "$O"; L=$O/logs; mkdir -p "$L"
@@ -8,26 +10,28 @@ PLAN=benchmarks/real/plans
 T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$L/main.log" >&2; }
 { nvidia-smi; nvidia-smi topo -m; python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version())"; } > "$L/env.log" 2>&1
 NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-case "$NAME" in *H200*) CHIP=h200-sxm-141g ;; *) CHIP=h100-sxm5-80g ;; esac
-el "profile on $NAME as $CHIP"
-timeout 110 python3 -c "import typer; from baige_plan.cli.profile import profile; typer.run(profile)" \
-  --out "$O/$CHIP-profiled.yaml" --devices 2 --quick --id $CHIP-profiled \
-  --base tests/data/$CHIP.datasheet.yaml > "$L/profile.log" 2>&1
-el "profile rc=$?"
+case "$NAME" in *H200*) CHIP=h200-sxm-141g GPU=h200 ;; *) CHIP=h100-sxm5-80g GPU=h100 ;; esac
+if [ "${CHIP_PROFILE:-1}" != 0 ]; then
+  el "profile on $NAME as $CHIP"
+  timeout 110 python3 -c "import typer; from baige_plan.cli.profile import profile; typer.run(profile)" \
+    --out "$O/$CHIP-profiled.yaml" --devices 2 --quick --id $CHIP-profiled \
+    --base tests/data/$CHIP.datasheet.yaml > "$L/profile.log" 2>&1
+  el "profile rc=$?"
+fi
 el "single-GPU runs (one process per GPU, in parallel)"
 for g in 0 1; do
-  CUDA_VISIBLE_DEVICES=$g timeout 120 python3 benchmarks/real/harness.py --plan $PLAN/h100x2.yaml \
+  CUDA_VISIBLE_DEVICES=$g timeout 100 python3 benchmarks/real/harness.py --plan $PLAN/h100x2.yaml \
     --only-world 1 --part $g/2 --out "$O/runs_s$g.yaml" > "$L/single$g.log" 2>&1 &
 done
 wait
 el "single done"
-timeout 200 torchrun --standalone --nproc_per_node 2 benchmarks/real/harness.py --plan $PLAN/h100x2.yaml \
+timeout 190 torchrun --standalone --nproc_per_node 2 benchmarks/real/harness.py --plan $PLAN/h100x2.yaml \
   --only-world 2 --out "$O/runs_2gpu.yaml" > "$L/twogpu.log" 2>&1
 el "2-GPU rc=$?"
 timeout 80 torchrun --standalone --nproc_per_node 2 benchmarks/real/harness.py --plan $PLAN/h100x2_pp.yaml \
   --out "$O/runs_pp.yaml" > "$L/pp.log" 2>&1
 el "PP rc=$?"
-python3 - "$O" <<'PY'
+python3 - "$O" "$GPU" <<'PY'
 import sys, yaml, pathlib
 sys.path.insert(0, "benchmarks/real")
 import config as C
@@ -36,9 +40,9 @@ for name in ("runs_s0.yaml", "runs_s1.yaml", "runs_2gpu.yaml", "runs_pp.yaml"):
     p = o / name
     if p.exists():
         for r in (yaml.safe_load(p.read_text()) or {}).get("rows", []):
-            C.append_row(o / "runs.yaml", r)
+            C.append_row(o / f"runs_{sys.argv[2]}.yaml", r)
         p.unlink()
 PY
-grep -h '^{' "$L"/*.log
+grep -h '^{' "$L"/*.log | tee "$O/summary.jsonl"
 tar -C "$O" -czf "$O/logs.tgz" logs && rm -rf "$L"
 ls -la "$O"
