@@ -363,6 +363,10 @@ def _instrumentation(results: dict[str, Any]) -> dict[str, Any]:
     per = results.get("per_rank")
     if per:
         out["per_rank"] = {k: [_fig(k, x) for x in v] for k, v in per.items()}
+    if results.get("kernel_time_by_kind_s"):     # rank 0's profiled step, by kernel kind (steptrace)
+        out["kernel_time_by_kind_s"] = {k: round(float(v), 6) for k, v in results["kernel_time_by_kind_s"].items()}
+    if results.get("top_kernels"):
+        out["top_kernels"] = [[str(n), round(float(t), 6), int(c)] for n, t, c in results["top_kernels"]]
     return out
 
 

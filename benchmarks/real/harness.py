@@ -521,6 +521,9 @@ def run_one(cfg: C.RunConfig, torch, dist, rank: int, local_rank: int, log, prof
         v0 = per_rank[0][j]
         if v0 == v0:                                    # not NaN
             res[k] = v0
+    for k in ("kernel_time_by_kind_s", "top_kernels"):  # rank 0's kernel breakdown (from the trace)
+        if k in figs and rank == 0:
+            res[k] = figs[k]
     if world > 1:
         res["per_rank"] = {k: [r[j] for r in per_rank] for j, k in enumerate(_RANK_KEYS)
                            if k in ("host_step_s", "gpu_busy_s", "nccl_busy_s", "kernels_per_step",

@@ -82,6 +82,44 @@ def _top_level_count(ops: list[dict]) -> int:
     return n
 
 
+# kernel name -> kind (first match wins); lower-cased substring tests
+_KINDS = (
+    ("nccl", ("nccl",)),
+    ("attention", ("flash", "fmha", "attention", "_attn")),
+    ("gemm", ("gemm", "nvjet", "xmma", "cutlass", "cublas", "sm90_", "sm80_", "ampere_", "wgmma")),
+    ("optimizer_like", ("adam", "multi_tensor", "foreach")),
+    ("norm", ("layer_norm", "layernorm", "rms_norm", "rmsnorm")),
+    ("softmax_loss", ("softmax", "nll", "cross_entropy", "log_softmax")),
+    ("reduce", ("reduce",)),
+    ("copy_cast", ("copy", "cast", "convert", "memcpy")),
+    ("elementwise", ("elementwise", "vectorized", "unrolled", "gelu", "silu", "add", "mul", "fill", "where")),
+)
+
+
+def kernel_kind(name: str) -> str:
+    low = name.lower()
+    for kind, keys in _KINDS:
+        if any(k in low for k in keys):
+            return kind
+    return "other"
+
+
+def kernel_breakdown(kernels: list[dict]) -> tuple[dict[str, float], list[list]]:
+    """Seconds of kernel time by kind, and the 12 most expensive kernel names [name, s, count]."""
+    by_kind: dict[str, float] = {}
+    by_name: dict[str, list[float]] = {}
+    for e in kernels:
+        name = str(e.get("name", ""))
+        d = float(e.get("dur", 0.0)) * 1e-6
+        k = kernel_kind(name)
+        by_kind[k] = by_kind.get(k, 0.0) + d
+        slot = by_name.setdefault(name[:90], [0.0, 0])
+        slot[0] += d
+        slot[1] += 1
+    top = sorted(([n, round(v[0], 6), v[1]] for n, v in by_name.items()), key=lambda x: -x[1])[:12]
+    return {k: round(v, 6) for k, v in sorted(by_kind.items())}, top
+
+
 def analyze_trace(events: list[dict], device: int | None = None) -> dict[str, Any]:
     """Figures of one profiled step from Chrome-trace events (see the module docstring)."""
     xs = [e for e in events if isinstance(e, dict) and e.get("ph") == "X" and "ts" in e]
@@ -100,6 +138,7 @@ def analyze_trace(events: list[dict], device: int | None = None) -> dict[str, An
         "cpu_ops_per_step": len(aten),
         "cpu_top_ops_per_step": _top_level_count(aten),
     }
+    out["kernel_time_by_kind_s"], out["top_kernels"] = kernel_breakdown(kernels)
     ranges = [_span(e) + ((e.get("pid"), e.get("tid")),) for e in xs
               if e.get("cat") == "user_annotation" and e.get("name") == OPTIMIZER_RANGE]
     if ranges:
