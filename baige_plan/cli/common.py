@@ -35,6 +35,11 @@ class Precision(str, Enum):
     fp32 = "fp32"
 
 
+class Execution(str, Enum):
+    fused = "fused"
+    eager = "eager"
+
+
 class Attention(str, Enum):
     flash = "flash"
     standard = "standard"

@@ -6,7 +6,16 @@ from pathlib import Path
 
 import typer
 
-from baige_plan.cli.common import Attention, CatalogOpt, Fmt, Precision, Recompute, fail_input, note
+from baige_plan.cli.common import (
+    Attention,
+    CatalogOpt,
+    Execution,
+    Fmt,
+    Precision,
+    Recompute,
+    fail_input,
+    note,
+)
 from baige_plan.cost.estimate import estimate
 from baige_plan.errors import InputError, SpecError
 from baige_plan.io.catalog import Catalog
@@ -38,6 +47,8 @@ def evaluate(
                                            help="[default: on when tp > 1]"),
     attention: Attention = typer.Option(Attention.flash, "--attention",
                                         help="flash (fused kernels) or standard (materialised scores, 2021-era)."),
+    execution: Execution = typer.Option(Execution.fused, "--execution",
+                                        help="fused (Megatron/TE kernels) or eager (PyTorch eager + autocast)."),
     first_stage_layers: int = typer.Option(None, "--first-stage-layers", help="Uneven pipeline split."),
     last_stage_layers: int = typer.Option(None, "--last-stage-layers", help="Uneven pipeline split."),
     max_memory_frac: float = typer.Option(1.0, "--max-memory-frac", help="Fraction of device memory allowed."),
@@ -66,7 +77,8 @@ def evaluate(
         job = JobSpec(global_batch=global_batch, seq_len=seq_len or m.seq_len, precision=precision.value)
         s = StrategySpec(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, zero=zero, micro_batch=micro_batch, vpp=vpp,
                          recompute=recompute.value, sequence_parallel=sequence_parallel, attention=attention.value,
-                         first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers)
+                         first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
+                         execution=execution.value)
         if not 0 < max_memory_frac <= 1:
             raise SpecError("--max-memory-frac", f"must be in (0, 1], got {max_memory_frac}")
         e = estimate(m, cl, job, s, memory_frac=max_memory_frac)

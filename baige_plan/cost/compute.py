@@ -49,7 +49,10 @@ def gemm_time_s(g: Gemm, r: ChipRates, passes: float = 1.0, bwd: bool = False) -
     # efficiency follows the whole call's size, a plain GEMM's its own.
     eff = curve.at(g.flops if g.kind != "linear" or g.count > 1 else g.flops_each)
     if g.kind == "attention_flash":
-        eff *= FLASH_BWD_FRACTION if bwd else FLASH_FRACTION
+        if r.chip.flash_efficiency is not None:      # measured fused-attention rate (chip file)
+            eff = r.chip.flash_efficiency
+        else:
+            eff *= FLASH_BWD_FRACTION if bwd else FLASH_FRACTION
     t_compute = g.flops / (r.peak_flops * eff)
     in_bytes = DTYPE_BYTES.get(r.dtype, 2) if r.dtype != "fp8" else 1
     traffic = g.count * (g.m * g.k * in_bytes + g.k * g.n * in_bytes + g.m * g.n * r.act_bytes)

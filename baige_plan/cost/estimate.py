@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from baige_plan.cost import collectives as C
 from baige_plan.cost.compute import ChipRates, gemm_time_s, layer_memory_bytes
+from baige_plan.cost.execution import EAGER, FUSED_LOSS_BYTES_PER_LOGIT
 from baige_plan.cost.flops import Gemm, attention_gemms, linear_gemms, logits_gemm, megatron_model_flops
 from baige_plan.cost.memory import (
     FRAMEWORK_RESERVE_GIB,
@@ -123,9 +124,21 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
     a_b = sum(gemm_time_s(g, r, passes=2, bwd=True) for g in att)
     out_b, core_b = layer_memory_bytes(model, tokens, s.micro_batch, seq, s.tp, s.cp, sp, std, act_bytes, moe)
     m_f = (out_b + core_b) / r.hbm_Bps
+    m_b = 2 * m_f
     core_f = a_f + core_b / r.hbm_Bps
+    eager_rec = 0.0
+    if s.execution == "eager":
+        # measured eager-PyTorch traffic (cost/execution.py); LayerNorm/residual work is replicated
+        # over TP ranks unless sequence parallelism shards it
+        d_params, e_params = layer_params_split(model, moe)
+        tok_h = tokens * model.hidden / (s.tp if sp else 1)
+        per_layer = EAGER.bytes_per_token_layer_hidden * tok_h
+        m_f = (per_layer * EAGER.fwd_share + core_b) / r.hbm_Bps
+        m_b = (per_layer * (1 - EAGER.fwd_share) + 2 * core_b + EAGER.bytes_per_param_per_micro_batch
+               * (d_params / s.tp + e_params / (s.ep * s.etp))) / r.hbm_Bps
+        eager_rec = EAGER.recompute_bytes_per_token_layer_hidden * tok_h / r.hbm_Bps
     lf = g_f + a_f + m_f
-    lb = 2 * g_f + a_b + 2 * m_f
+    lb = 2 * g_f + a_b + m_b
     # Tensor parallel: 2 all-reduces (or AG+RS pairs with SP) of the layer's activations per
     # pass (Shoeybi 2019 Sec. 3; Korthikanti 2022 Sec. 4.2.2). An MoE layer keeps the attention's.
     act_sz = tokens * model.hidden * act_bytes
@@ -134,6 +147,10 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
         t_tp = n_tp * (C.all_gather_s(act_sz, tp_link) + C.reduce_scatter_s(act_sz, tp_link))
     else:
         t_tp = n_tp * C.all_reduce_s(act_sz, tp_link)
+    # eager autocast: the backward all-reduces carry fp32 gradients of the fp32 LayerNorm outputs
+    t_tp_b = t_tp
+    if s.execution == "eager" and not sp:
+        t_tp_b = n_tp * C.all_reduce_s(act_sz * 2, tp_link)
     # Expert parallel: dispatch + combine all-to-all per pass (4 per layer per micro-batch).
     t_ep = 0.0
     if moe and model.moe is not None:
@@ -152,15 +169,16 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
         t_cp_f = (s.cp - 1) * max(0.0, step_comm - a_f / s.cp)
         t_cp_b = (s.cp - 1) * max(0.0, 2 * step_comm - a_b / s.cp)   # dKV travels back too
     fwd += lf + t_tp + t_ep + t_cp_f
-    bwd += lb + t_tp + t_ep + t_cp_b
+    bwd += lb + t_tp_b + t_ep + t_cp_b
     comp += lf + lb
-    tp_t += 2 * t_tp
+    tp_t += t_tp + t_tp_b
     ep_t += 2 * t_ep
     cp_t += t_cp_f + t_cp_b
     layer_hw = sum(g.flops for g in lin + att)
     if s.recompute == "full":
-        rec += lf + t_tp + t_ep + t_cp_f
-        comp += lf
+        lr = lf if s.execution != "eager" else lf - m_f + eager_rec   # eager: measured recompute traffic
+        rec += lr + t_tp + t_ep + t_cp_f
+        comp += lr
         tp_t += t_tp
         ep_t += t_ep
         cp_t += t_cp_f
@@ -176,6 +194,10 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
     if e:
         expert_p += e / (s.ep * s.etp)
     act += layer_activation_bytes(model, seq, s.micro_batch, s.tp, s.cp, sp, s.recompute, std, moe, act_bytes)
+    if s.execution == "eager" and s.recompute != "full":
+        rep = EAGER.replicated_extra_activation_bytes
+        act += ((EAGER.extra_activation_bytes_per_token_layer_hidden - rep) / s.tp + rep / (s.tp if sp else 1)) \
+            * tokens * model.hidden
     if s.recompute == "full":
         act_layer_full = max(act_layer_full, layer_activation_bytes(
             model, seq, s.micro_batch, s.tp, s.cp, sp, "none", std, moe, act_bytes))
@@ -250,13 +272,16 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
             emb_p += model.vocab * model.hidden / s.tp
         lg = logits_gemm(model, tokens, s.tp)
         t_lf = gemm_time_s(lg, r)
-        # vocab-parallel cross-entropy in fp32: ~4 passes over the logits (upcast, max, exp-sum, grad)
-        ce = tokens * model.vocab / s.tp * 4 * 4 / r.hbm_Bps
+        # fp32 cross-entropy over the logits: fused vocab-parallel ~4 passes of 4 bytes; eager
+        # PyTorch measured (cost/execution.py); half in the forward, half in the backward
+        per_logit = EAGER.loss_bytes_per_logit if s.execution == "eager" else FUSED_LOSS_BYTES_PER_LOGIT
+        ce = tokens * model.vocab / s.tp * per_logit / 2 / r.hbm_Bps
         fwd += t_lf + ce
         bwd += 2 * t_lf + ce
         comp += 3 * t_lf + 2 * ce
         hw_flops += 3 * lg.flops
-        extra_act += tokens * model.vocab / s.tp * (4 + act_bytes)
+        extra_act += tokens * model.vocab / s.tp * (4 + act_bytes + (EAGER.extra_loss_activation_bytes_per_logit
+                                                                     if s.execution == "eager" else 0))
     dense_p += emb_p
 
     # Pipeline p2p: each stage boundary sends b*s*h (scatter-gather / SP: /tp) forward and backward.
@@ -273,8 +298,14 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
 
     # Memory (ZeRO sharding over the data-parallel replicas holding the same weights).
     dp_dense = s.dp * s.cp
-    w_b, g_b, k_b = model_state_bytes_per_param(s.zero, dp_dense, 2, GRAD_BYTES)
-    we_b, ge_b, ke_b = model_state_bytes_per_param(s.zero, s.edp, 2, GRAD_BYTES)
+    if s.execution == "eager":
+        # eager PyTorch: fp32 parameters are the master copy (4 B, + a 2 B bf16 autocast copy kept for
+        # backward unless FSDP gathers bf16 layers), fp32 grads 4 B, AdamW m and v 8 B
+        w_b, g_b, k_b = _eager_states(s.zero, dp_dense)
+        we_b, ge_b, ke_b = _eager_states(s.zero, s.edp)
+    else:
+        w_b, g_b, k_b = model_state_bytes_per_param(s.zero, dp_dense, 2, GRAD_BYTES)
+        we_b, ge_b, ke_b = model_state_bytes_per_param(s.zero, s.edp, 2, GRAD_BYTES)
     weights = dense_p * w_b + expert_p * we_b
     grads = dense_p * g_b + expert_p * ge_b
     optim = dense_p * k_b + expert_p * ke_b
@@ -284,12 +315,26 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
         weights += 2 * 2 * layer_full / ZERO3_COLLECTIVES_PER_LAYER
     inflight = inflight_microbatches(s.pp, s.vpp, m, index)
     activations = act * inflight + extra_act + act_layer_full
+    if s.execution == "eager" and s.zero == 0 and dp_dense == 1:
+        # no DDP bucket: .grad tensors appear during backward as activations are freed; the peak is
+        # the larger of (all activations, no grads) and (all grads, no activations)
+        if activations >= grads:
+            grads = 0.0
+        else:
+            activations = 0.0
     other = FRAMEWORK_RESERVE_GIB * GIB
     return StageCost(index=index, layers=(first_layer, first_layer + n_layers), fwd_s=fwd, bwd_s=bwd,
                      compute_s=comp, tp_s=tp_t, cp_s=cp_t, ep_s=ep_t, pp_s=pp_t,
                      weights_gib=weights / GIB, grads_gib=grads / GIB, optimizer_gib=optim / GIB,
                      activations_gib=activations / GIB, other_gib=other / GIB,
                      dense_params=dense_p, expert_params=expert_p, hw_flops=hw_flops)
+
+
+def _eager_states(zero: int, shards: int) -> tuple[float, float, float]:
+    """(weights, grads, optimizer) bytes per parameter for eager PyTorch (DDP / FSDP2 full shard)."""
+    if zero >= 3:
+        return 4 / shards, 4 / shards, 8 / shards
+    return 6.0, 4.0, 8.0
 
 
 def dp_sync_s(st: StageCost, group: GroupSpec, s: StrategySpec, job: JobSpec, m: int) -> tuple[float, float]:

@@ -94,7 +94,7 @@ def chip_from_doc(doc: Any, src: str) -> ChipSpec:
     pcie = check_keys(top.get("pcie") or {}, src, "pcie", set(), {"GBps_per_dir", "gen"})
     meas = check_keys(top["measured"], src, "measured", {"gemm_efficiency"},
                       {"hbm_efficiency", "scaleup_efficiency", "nic_efficiency", "scaleup_latency_us",
-                       "nic_latency_us", "observations"})
+                       "nic_latency_us", "observations", "flash_attention_efficiency"})
     curves_d = check_keys(meas["gemm_efficiency"] or {}, src, "measured.gemm_efficiency", set(), set(DTYPES))
     curves = {k: _curve(v, src, f"measured.gemm_efficiency.{k}", cites) for k, v in curves_d.items()}
     su_bw = _sourced(su, "GBps_per_dir", src, "scaleup", cites)
@@ -117,6 +117,7 @@ def chip_from_doc(doc: Any, src: str) -> ChipSpec:
             nic_efficiency=_sourced(meas, "nic_efficiency", src, "measured", cites, required=False),
             scaleup_latency_us=_sourced(meas, "scaleup_latency_us", src, "measured", cites, required=False),
             nic_latency_us=_sourced(meas, "nic_latency_us", src, "measured", cites, required=False),
+            flash_efficiency=_sourced(meas, "flash_attention_efficiency", src, "measured", cites, required=False),
         )
     except SpecError as e:
         raise InputError(src, e.field, e.reason) from None

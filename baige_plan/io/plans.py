@@ -190,7 +190,7 @@ def plan_inputs(doc: dict, src: str) -> tuple[ModelSpec, ClusterSpec, JobSpec]:
 
 _STRAT_KEYS = {"tp", "pp", "dp", "cp", "ep", "zero", "micro_batch", "global_batch", "vpp", "recompute",
                "sequence_parallel"}
-_STRAT_OPT = {"etp", "attention", "first_stage_layers", "last_stage_layers"}
+_STRAT_OPT = {"etp", "attention", "first_stage_layers", "last_stage_layers", "execution"}
 _KNOBS = {"micro_batch", "cp", "ep", "etp", "zero", "vpp", "recompute", "sequence_parallel"}
 
 

@@ -83,6 +83,18 @@ def _precision(text: Any) -> str:
     return "fp16" if ("16" in t or "half" in t) else "bf16"
 
 
+def _execution(framework) -> str:
+    """Eager PyTorch (plain torch / FSDP / torchtitan / HF) vs fused-kernel frameworks (Megatron,
+    NeMo, DeepSpeed-Megatron, Paddle)."""
+    t = str(framework or "").lower()
+    if any(k in t for k in ("megatron-lm", "megatron-core", "megatron-deepspeed", "nemo", "deepspeed", "paddle",
+                            "colossal")) or t.strip() == "megatron":
+        return "fused"
+    if any(k in t for k in ("pytorch", "torch", "fsdp", "torchtitan", "huggingface", "transformers")):
+        return "eager"
+    return "fused"
+
+
 def balanced_split(layers: int, pp: int) -> tuple[int | None, int | None]:
     """Uneven split when layers % pp != 0: as Megatron-DeepSpeed's `type:transformer|embedding`
     partitioning (the embedding and the output layer each count as one layer), else None."""
@@ -140,13 +152,17 @@ def case_from_row(row: dict, catalog: Catalog, src: str) -> RunCase:
         first, last = balanced_split(model.layers, pp)
         if first is not None:
             notes.append(f"uneven split: first/last stage {first}/{last} layers (embedding counted as a layer)")
+        execution = par.get("execution") or _execution(par.get("framework"))
+        if not par.get("execution"):
+            notes.append(f"execution {execution} (framework {par.get('framework')!r})")
         sp = par.get("sequence_parallel")
         strategy = StrategySpec(tp=int(par.get("tp") or 1), pp=pp, dp=int(par.get("dp") or 1),
                                 cp=int(par.get("cp") or 1), ep=int(par.get("ep") or 1), etp=int(par.get("etp") or 1),
                                 zero=_zero(par), micro_batch=int(mb), vpp=int(vpp),
                                 recompute=_recompute(par.get("recompute")),
                                 sequence_parallel=bool(sp) if sp is not None else False,
-                                attention=attention, first_stage_layers=first, last_stage_layers=last)
+                                attention=attention, first_stage_layers=first, last_stage_layers=last,
+                                execution=execution)
         job = JobSpec(global_batch=int(par["global_batch_seqs"]), seq_len=int(md.get("seq_len", 2048)),
                       precision=_precision(par.get("precision")))
     except SpecError as e:

@@ -75,6 +75,7 @@ class ChipSpec:
     nic_efficiency: float | None = None         # achievable per-device busbw / NIC line rate
     scaleup_latency_us: float | None = None     # per collective step
     nic_latency_us: float | None = None
+    flash_efficiency: float | None = None       # fused attention (fwd + bwd) achieved / dense peak
 
     def __post_init__(self) -> None:
         require(bool(self.id), "id", "must be a non-empty string")
@@ -86,7 +87,7 @@ class ChipSpec:
                      "scaleup_latency_us", "nic_latency_us"):
             v = getattr(self, name)
             require(v is None or v > 0, name, f"must be > 0 or null, got {v}")
-        for name in ("hbm_efficiency", "scaleup_efficiency", "nic_efficiency"):
+        for name in ("hbm_efficiency", "scaleup_efficiency", "nic_efficiency", "flash_efficiency"):
             v = getattr(self, name)
             require(v is None or 0 < v <= 1.2, name, f"must be in (0, 1.2] or null, got {v}")
         require(self.scaleup_kind in SCALEUP_KINDS, "scaleup.kind",

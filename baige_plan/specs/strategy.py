@@ -39,6 +39,7 @@ class StrategySpec:
     first_stage_layers: int | None = None   # Megatron --decoder-first-pipeline-num-layers (uneven split)
     last_stage_layers: int | None = None    # Megatron --decoder-last-pipeline-num-layers
     overlap_grad_reduce: bool = True        # DP gradient reduction overlapped with the last backward
+    execution: str = "fused"                # fused (Megatron/TE kernels) | eager (PyTorch eager + autocast)
 
     def __post_init__(self) -> None:
         for k in ("tp", "pp", "dp", "cp", "ep", "etp", "micro_batch", "vpp"):
@@ -48,6 +49,8 @@ class StrategySpec:
                 f"must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
         require(self.attention in ATTENTION, "attention",
                 f"must be one of {', '.join(ATTENTION)}, got {self.attention!r}")
+        require(self.execution in ("fused", "eager"), "execution",
+                f"must be fused or eager, got {self.execution!r}")
         if self.sequence_parallel is None:
             object.__setattr__(self, "sequence_parallel", self.tp > 1)
         if self.tp == 1 and self.sequence_parallel:

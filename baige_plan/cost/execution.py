@@ -1,0 +1,43 @@
+"""How a framework executes the model's non-GEMM work: Megatron-style fused kernels, or eager
+PyTorch (autocast over fp32 master weights, unfused norms/activations/casts, fp32 loss).
+
+`fused` is the per-kernel byte accounting of compute.layer_memory_bytes (Megatron/TE fused
+LayerNorm, bias-GeLU, bias-dropout-add, vocab-parallel cross-entropy).
+
+`eager` bytes were measured, not assumed: kernel traces of benchmarks/real/harness.py (PyTorch
+2.11 eager, bf16 autocast, fp32 AdamW master weights) on 2x H200, every non-GEMM, non-attention,
+non-optimizer kernel (copies/casts, elementwise, norms, reductions) summed per run and fitted by
+non-negative least squares over 10 single-GPU and DDP runs (125M-1.3B, micro-batch 1-8,
+recompute on/off); residuals within 8% (docs/VALIDATION.md, "eager execution"):
+  non-GEMM traffic = 409 B x tokens x layers x hidden (+105 B with full recomputation)
+                   + 24.3 B x parameters x micro-batches  (fp32 -> bf16 weight casts, fp32 grad accumulation)
+                   + 26.5 B x logits                         (fp32 upcast / copies of the logits)
+and the fp32 softmax + NLL kernels of the loss move 34 B per logit (forward + backward).
+Stored activations (peak allocated memory of the same runs, without recomputation, regressed on
+parameters, tokens x layers x hidden and logits): eager keeps ~53 B per token x layer x hidden where
+the fused accounting of this GPT family gives 34 B (fp32 LayerNorm inputs under autocast, q/k/v and
+attention-output layout copies kept for backward), and ~9 B per logit instead of 6 (bf16 logits,
+their fp32 copy and the fp32 log-softmax output).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+EXECUTIONS = ("fused", "eager")
+
+
+@dataclass(frozen=True)
+class EagerTraffic:
+    bytes_per_token_layer_hidden: float = 409.0
+    recompute_bytes_per_token_layer_hidden: float = 105.0
+    bytes_per_param_per_micro_batch: float = 24.3
+    loss_bytes_per_logit: float = 26.5 + 34.0
+    fwd_share: float = 1.0 / 3.0        # forward : backward = 1 : 2 of the per-layer traffic
+    extra_activation_bytes_per_token_layer_hidden: float = 53.0 - 34.0   # of which 4 B: fp32 LayerNorm
+    replicated_extra_activation_bytes: float = 4.0                       # inputs, replicated over TP ranks
+    extra_loss_activation_bytes_per_logit: float = 9.0 - 6.0
+
+
+EAGER = EagerTraffic()
+FUSED_LOSS_BYTES_PER_LOGIT = 16.0      # fp32 vocab-parallel cross-entropy: ~4 passes of 4 bytes
