@@ -82,3 +82,12 @@ def test_evaluate_plan_reproduces_and_single_layer_moves_do_not_help(plan_file, 
 def test_pins_that_are_per_stage_are_rejected():
     r = runner.invoke(app, ARGS + ["--tp", "8"])
     assert r.exit_code == 2 and "--tp" in r.stderr
+
+
+def test_exports_say_what_they_cannot_express(plan_file):
+    doc = yaml.safe_load(plan_file.read_text())
+    for target in ("megatron", "deepspeed", "torchtitan", "paddle"):
+        r = runner.invoke(app, ["export", str(plan_file), "--to", target])
+        assert r.exit_code == 0, r.output
+        if len(doc["pipelines"]) > 1:
+            assert "pipeline shapes" in r.stderr

@@ -33,6 +33,7 @@ def _info(doc: dict) -> dict:
     s = dict(doc["strategy"])
     pipes = doc["pipelines"]
     p0 = pipes[0]
+    s.update(p0.get("strategy") or {})          # heterogeneous plans: the first shape's own knobs
     counts = [st["layers"][1] - st["layers"][0] for st in p0["stages"]]
     s["pp"] = len(counts)
     s["tp"] = p0["stages"][0]["tp"]
@@ -44,15 +45,27 @@ def _info(doc: dict) -> dict:
     est = doc.get("estimate") or {}
     return {"s": s, "m": m, "counts": counts, "model": model, "job": job, "cluster": cluster,
             "gb": s["dp"] * m * s["micro_batch"], "layers": model["layers"], "shapes": len(pipes),
+            "stage_tps": [st["tp"] for st in p0["stages"]], "stage_groups": [st["group"] for st in p0["stages"]],
+            "shape_groups": [sorted({st["group"] for st in p["stages"]}) for p in pipes],
             "title": (f"{model['name']} on {cluster['name']}: predicted {est.get('step_time_s', 0):.4g} s/step, "
                       f"MFU {est.get('mfu', 0):.1%} (baige-plan)")}
 
 
 def _common_caveats(i: dict) -> list[str]:
     c = []
-    if i["shapes"] > 1 or len({st for st in i["counts"][1:-1]}) > 1:
-        c.append("this plan has several pipeline shapes or a free-form layer split; only the first shape "
-                 "with Megatron-style first/last stage layers is exported")
+    if i["shapes"] > 1:
+        groups = "; ".join(f"shape {k}: {', '.join(g)}" for k, g in enumerate(i["shape_groups"]))
+        c.append(f"this plan has {i['shapes']} pipeline shapes ({groups}) trained as data-parallel replicas of "
+                 "each other; one launch config cannot express that: only shape 0 is exported (its global batch "
+                 "is shape 0's share), and the shapes' gradients must be synchronised across them")
+    if len(set(i["stage_tps"])) > 1:
+        c.append(f"per-stage tensor parallelism (stage tp {i['stage_tps']}) is not expressible: exported with "
+                 f"tp={i['stage_tps'][0]} for every stage")
+    if len(set(i["stage_groups"])) > 1:
+        c.append(f"stages run on different groups ({' > '.join(i['stage_groups'])}); groups of different chip "
+                 "families need their own launcher and collective library, bridged for the pipeline hops")
+    if len({st for st in i["counts"][1:-1]}) > 1:
+        c.append(f"free-form layer split {i['counts']}: only uneven first/last stages are exported")
     return c
 
 
