@@ -45,7 +45,8 @@ def test_framework_text_maps_to_execution():
     assert _execution("Megatron-LM") == "fused"
     assert _execution("Megatron-DeepSpeed") == "fused"
     assert _execution("pytorch 2.11.0 Megatron-style TP") == "eager"
-    assert _execution("torchtitan FSDP2") == "eager"
+    assert _execution("torchtitan FSDP2") == "fused"
+    assert _execution("pytorch FSDP2 fully_shard") == "eager"
     assert _execution(None) == "fused"
 
 

@@ -49,8 +49,10 @@ def gemm_time_s(g: Gemm, r: ChipRates, passes: float = 1.0, bwd: bool = False) -
     # efficiency follows the whole call's size, a plain GEMM's its own.
     eff = curve.at(g.flops if g.kind != "linear" or g.count > 1 else g.flops_each)
     if g.kind == "attention_flash":
-        if r.chip.flash_efficiency is not None:      # measured fused-attention rate (chip file)
-            eff = r.chip.flash_efficiency
+        if r.chip.flash_efficiency is not None:
+            # measured fused-attention rate (chip file, at head dim 128); smaller heads give each
+            # tile less work per byte: sqrt(head_dim/128) fits the measured runs (docs/VALIDATION.md)
+            eff = r.chip.flash_efficiency * min(1.0, g.k_head / 128) ** 0.5
         else:
             eff *= FLASH_BWD_FRACTION if bwd else FLASH_FRACTION
     t_compute = g.flops / (r.peak_flops * eff)

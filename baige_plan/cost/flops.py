@@ -75,6 +75,11 @@ class Gemm:
     def flops_each(self) -> float:
         return 2.0 * self.m * self.n * self.k
 
+    @property
+    def k_head(self) -> float:
+        """Head dimension of an attention GEMM (its k for QK^T, its n for PV)."""
+        return min(self.n, self.k) if self.kind.startswith("attention") else self.k
+
 
 def attention_gemms(model: ModelSpec, micro_batch: int, seq_len: int, tp: int, cp: int,
                     standard: bool) -> list[Gemm]:

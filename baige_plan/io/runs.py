@@ -84,13 +84,14 @@ def _precision(text: Any) -> str:
 
 
 def _execution(framework) -> str:
-    """Eager PyTorch (plain torch / FSDP / torchtitan / HF) vs fused-kernel frameworks (Megatron,
-    NeMo, DeepSpeed-Megatron, Paddle)."""
+    """Eager PyTorch with autocast (plain torch / FSDP / HF) vs fused-kernel frameworks (Megatron,
+    NeMo, DeepSpeed, Paddle, torchtitan)."""
     t = str(framework or "").lower()
     if any(k in t for k in ("megatron-lm", "megatron-core", "megatron-deepspeed", "nemo", "deepspeed", "paddle",
-                            "colossal")) or t.strip() == "megatron":
+                            "colossal", "torchtitan")) or t.strip() == "megatron":
+        # torchtitan: FSDP2 with bf16 parameters (no per-layer autocast casts), usually compiled
         return "fused"
-    if any(k in t for k in ("pytorch", "torch", "fsdp", "torchtitan", "huggingface", "transformers")):
+    if any(k in t for k in ("pytorch", "torch", "fsdp", "huggingface", "transformers", "accelerate")):
         return "eager"
     return "fused"
 
