@@ -9,8 +9,8 @@ from typing import Any
 from baige_plan import __version__
 from baige_plan.cost.estimate import Estimate
 from baige_plan.io.models import model_to_dict
-from baige_plan.io.plans import PLAN_SCHEMA, PLANS_SCHEMA, Flow, _sha, cluster_doc, job_doc
-from baige_plan.io.serialize import estimate_dict, rnd, strategy_dict
+from baige_plan.io.plans import PLAN_SCHEMA, PLANS_SCHEMA, _sha, cluster_doc, job_doc
+from baige_plan.io.serialize import Flow, estimate_dict, rnd, strategy_dict
 from baige_plan.search.hetero import HeteroResult, heterogeneous_efficiency
 from baige_plan.search.hetero_placement import hetero_placement
 from baige_plan.specs.job import JobSpec

@@ -21,13 +21,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from baige_plan import __version__
 from baige_plan.cost.estimate import Estimate, estimate
 from baige_plan.errors import InputError, SpecError
 from baige_plan.io.models import model_from_dict, model_to_dict
-from baige_plan.io.serialize import estimate_dict, rnd, strategy_dict
+from baige_plan.io.serialize import Flow, estimate_dict, rnd, strategy_dict, to_yaml
 from baige_plan.io.topologies import SCHEMA as TOPOLOGY_SCHEMA
 from baige_plan.io.topologies import cluster_from_dict
 from baige_plan.io.yamlio import check_keys, expect_schema, read_document
@@ -40,10 +38,6 @@ from baige_plan.specs.topology import ClusterSpec
 PLAN_SCHEMA = "baige-plan/plan/v1"
 PLANS_SCHEMA = "baige-plan/plans/v1"
 TOP_KEYS = ("schema", "tool", "inputs", "strategy", "pipelines", "estimate", "placement", "search")
-
-
-class Flow(dict):
-    """A mapping written on one line in YAML (placement entries, stages)."""
 
 
 # -- building ---------------------------------------------------------------------------------
@@ -139,24 +133,10 @@ def plans_doc(result, group: str, max_memory_frac: float) -> dict:
 
 
 # -- text -------------------------------------------------------------------------------------
-class _Dumper(yaml.SafeDumper):
-    pass
-
-
-def _flow_list(dumper, data):
-    flow = all(isinstance(x, (int, float, str, bool)) or x is None for x in data) and len(data) <= 8
-    return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow)
-
-
-_Dumper.add_representer(list, _flow_list)
-_Dumper.add_representer(Flow, lambda d, data: d.represent_mapping("tag:yaml.org,2002:map", data.items(),
-                                                                  flow_style=True))
-
-
 def dumps(doc: Any, fmt: str) -> str:
     if fmt == "json":
         return json.dumps(doc, indent=2, ensure_ascii=False, default=str) + "\n"
-    return yaml.dump(doc, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=200, default_flow_style=False)
+    return to_yaml(doc, width=200)
 
 
 def format_for(path: Path) -> str:

@@ -77,6 +77,10 @@ def to_json(doc: Any) -> str:
     return json.dumps(doc, indent=2, sort_keys=False, ensure_ascii=False) + "\n"
 
 
+class Flow(dict):
+    """A mapping written on one line in YAML (placement entries, stages)."""
+
+
 class _Dumper(yaml.SafeDumper):
     pass
 
@@ -87,7 +91,9 @@ def _repr_list(dumper, data):
 
 
 _Dumper.add_representer(list, _repr_list)
+_Dumper.add_representer(Flow, lambda d, data: d.represent_mapping("tag:yaml.org,2002:map", data.items(),
+                                                                  flow_style=True))
 
 
-def to_yaml(doc: Any) -> str:
-    return yaml.dump(doc, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=120, default_flow_style=False)
+def to_yaml(doc: Any, width: int = 120) -> str:
+    return yaml.dump(doc, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=width, default_flow_style=False)

@@ -396,13 +396,19 @@ def _smoothing_moves(p: PipelinesSpec):
             if (a.group, a.tp) != (b.group, b.tp) or abs(a.n_layers - b.n_layers) < 2 * vpp:
                 continue
             d = -vpp if a.n_layers > b.n_layers else vpp
-            cut = a.layers[1] + d
-            stages = list(sh.stages)
-            stages[i] = StageSpec(a.group, (a.layers[0], cut), a.tp)
-            stages[i + 1] = StageSpec(b.group, (cut, b.layers[1]), b.tp)
-            shapes = list(p.shapes)
-            shapes[j] = replace(sh, stages=tuple(stages))
-            yield replace(p, shapes=tuple(shapes))
+            yield _move_cut(p, j, i, a.layers[1] + d)
+
+
+def _move_cut(p: PipelinesSpec, j: int, i: int, cut: int) -> PipelinesSpec:
+    """Plan p with the boundary between stages i and i+1 of shape j moved to layer `cut`."""
+    sh = p.shapes[j]
+    a, b = sh.stages[i], sh.stages[i + 1]
+    stages = list(sh.stages)
+    stages[i] = StageSpec(a.group, (a.layers[0], cut), a.tp)
+    stages[i + 1] = StageSpec(b.group, (cut, b.layers[1]), b.tp)
+    shapes = list(p.shapes)
+    shapes[j] = replace(sh, stages=tuple(stages))
+    return replace(p, shapes=tuple(shapes))
 
 
 def _neighbours(p: PipelinesSpec):
@@ -414,13 +420,7 @@ def _neighbours(p: PipelinesSpec):
                 na, nb = a.n_layers + d, b.n_layers - d
                 if na < 1 or nb < 1:
                     continue
-                cut = a.layers[0] + na
-                stages = list(sh.stages)
-                stages[i] = StageSpec(a.group, (a.layers[0], cut), a.tp)
-                stages[i + 1] = StageSpec(b.group, (cut, b.layers[1]), b.tp)
-                shapes = list(p.shapes)
-                shapes[j] = replace(sh, stages=tuple(stages))
-                yield replace(p, shapes=tuple(shapes))
+                yield _move_cut(p, j, i, a.layers[0] + na)
     for j, k in product(range(len(p.shapes)), repeat=2):
         sj, sk = p.shapes[j], p.shapes[k]
         if j == k:
