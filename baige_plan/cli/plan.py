@@ -29,6 +29,18 @@ class Objective(str, Enum):
     throughput = "throughput"
 
 
+class Framework(str, Enum):
+    any = "any"
+    megatron = "megatron"
+    deepspeed = "deepspeed"
+    torchtitan = "torchtitan"
+
+
+# ZeRO stages each framework runs: Megatron-LM's distributed optimizer is ZeRO-1 (it keeps a full
+# gradient buffer); torchtitan is DDP or FSDP2 (ZeRO-3); DeepSpeed has all of them.
+FRAMEWORK_ZERO = {"any": (0, 1, 2, 3), "megatron": (0, 1), "deepspeed": (0, 1, 2, 3), "torchtitan": (0, 3)}
+
+
 def plan(
     model: str = typer.Argument(..., help="Built-in model name, model YAML, or Hugging Face config.json."),
     cluster: str = typer.Argument(..., help="Built-in topology, topology YAML, or CHIP:NODESxDEVICES."),
@@ -46,6 +58,8 @@ def plan(
     max_micro_batch: int = typer.Option(16, "--max-micro-batch"),
     max_memory_frac: float = typer.Option(0.9, "--max-memory-frac", help="Fraction of device memory a plan may use."),
     objective: Objective = typer.Option(Objective.throughput, "--objective"),
+    framework: Framework = typer.Option(Framework.any, "--framework",
+                                        help="Search only what this framework can run (e.g. megatron: ZeRO 0/1)."),
     tp: int = typer.Option(None, "--tp", help="Pin tensor parallel size."),
     pp: int = typer.Option(None, "--pp"),
     dp: int = typer.Option(None, "--dp"),
@@ -88,7 +102,7 @@ def plan(
                         max_memory_frac=max_memory_frac, time_limit=time_limit, out=out, fmt=fmt)
             return
         bounds = Bounds(max_tp=max_tp, max_pp=max_pp, max_cp=max_cp, max_micro_batch=max_micro_batch,
-                        max_memory_frac=max_memory_frac)
+                        max_memory_frac=max_memory_frac, zero_stages=FRAMEWORK_ZERO[framework.value])
         pins = Pins(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, zero=zero, micro_batch=micro_batch, vpp=vpp,
                     recompute=recompute.value if recompute else None, sequence_parallel=sequence_parallel,
                     attention=attention.value)

@@ -40,6 +40,7 @@ class Bounds:
     max_cp: int | None = None         # default: no cap beyond divisibility
     max_micro_batch: int = 16
     max_memory_frac: float = 0.9
+    zero_stages: tuple[int, ...] = (0, 1, 2, 3)   # what the target framework can run (plan --framework)
 
     def __post_init__(self) -> None:
         for k in ("max_tp", "max_pp", "max_cp", "max_micro_batch"):
@@ -100,7 +101,7 @@ def enumerate_space(model: ModelSpec, devices: int, devices_per_node: int, job: 
     max_tp = bounds.max_tp or devices_per_node
     max_pp = bounds.max_pp or L
     recs = [RECOMPUTE.index(pins.recompute)] if pins.recompute else [0, 1, 2]
-    zeros = _pick(pins.zero, [0, 1, 2, 3])
+    zeros = _pick(pins.zero, list(bounds.zero_stages))
     att = ATTENTION.index(pins.attention)
     for tp in _pick(pins.tp, divisors(devices)):
         if tp > max_tp or devices % tp or model.heads % tp or model.kv_heads % tp or model.ffn_hidden % tp:
