@@ -45,13 +45,20 @@ def test_framework_text_maps_to_execution():
     assert _execution("Megatron-LM") == "fused"
     assert _execution("Megatron-DeepSpeed") == "fused"
     assert _execution("pytorch 2.11.0 Megatron-style TP") == "eager"
-    assert _execution("torchtitan FSDP2") == "fused"
+    assert _execution("torchtitan (FSDP2, no torch.compile)") == "eager"
+    assert _execution("torchtitan (FSDP2 + TP, torch.compile, torchao float8)") == "fused"
     assert _execution("pytorch FSDP2 fully_shard") == "eager"
     assert _execution(None) == "fused"
 
 
 def test_real_runs_backtest_meets_issue_5():
-    doc = backtest_file(ROOT / "benchmarks/real/runs_h200.yaml", Catalog.create())
-    errs = [abs(r["step_time_error"]) for r in doc["rows"]]
+    import yaml
+
+    path = ROOT / "benchmarks/real/runs_h200.yaml"
+    doc = backtest_file(path, Catalog.create())
+    # issue 5's acceptance set is the dense runs; the MoE rows (harness MoE / expert parallelism,
+    # docs/VALIDATION.md) are backtested and reported there separately
+    dense = {r["id"] for r in yaml.safe_load(path.read_text())["rows"] if r["model"].get("type", "dense") == "dense"}
+    errs = [abs(r["step_time_error"]) for r in doc["rows"] if r["id"] in dense]
     assert len(errs) >= 8
     assert statistics.median(errs) <= 0.10, sorted(errs)

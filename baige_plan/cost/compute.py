@@ -33,21 +33,27 @@ class ChipRates:
     dtype: str
     act_bytes: int            # bytes per activation element (bf16/fp16: 2; fp8 keeps bf16 activations)
     chip: ChipSpec
+    attn_dtype: str = ""      # attention runs in 16-bit even in fp8 training (Transformer Engine default)
+    attn_peak_flops: float = 0.0
 
     @classmethod
     def of(cls, chip: ChipSpec, precision: str) -> ChipRates:
         gemm_dtype = "tf32" if precision == "fp32" else precision
         hbm = chip.need("hbm_GBps") * 1e9 * (chip.hbm_efficiency or DEFAULT_HBM_EFF)
         act = 4 if precision == "fp32" else 2
-        return cls(chip.peak(gemm_dtype) * 1e12, hbm, gemm_dtype, act, chip)
+        attn = "bf16" if precision == "fp8" else gemm_dtype
+        return cls(chip.peak(gemm_dtype) * 1e12, hbm, gemm_dtype, act, chip, attn, chip.peak(attn) * 1e12)
 
 
 def gemm_time_s(g: Gemm, r: ChipRates, passes: float = 1.0, bwd: bool = False) -> float:
     """Roofline time of `passes` executions of GEMM g (forward-sized)."""
-    curve = r.chip.gemm_curve(r.dtype)
-    # Batched kernels (attention over batch x heads, grouped expert GEMMs) run as one launch: their
-    # efficiency follows the whole call's size, a plain GEMM's its own.
-    eff = curve.at(g.flops if g.kind != "linear" or g.count > 1 else g.flops_each)
+    attention = g.kind.startswith("attention")
+    dtype, peak = (r.attn_dtype, r.attn_peak_flops) if attention else (r.dtype, r.peak_flops)
+    curve = r.chip.gemm_curve(dtype)
+    # A fused attention kernel runs batch x heads in one launch: its efficiency follows the whole
+    # call's size. Expert GEMMs (grouped or looped) are sized by one expert's tokens: small experts
+    # fill the chip as poorly as a small GEMM does.
+    eff = curve.at(g.flops if attention else g.flops_each)
     if g.kind == "attention_flash":
         if r.chip.flash_efficiency is not None:
             # measured fused-attention rate (chip file, at head dim 128); smaller heads give each
@@ -55,8 +61,8 @@ def gemm_time_s(g: Gemm, r: ChipRates, passes: float = 1.0, bwd: bool = False) -
             eff = r.chip.flash_efficiency * min(1.0, g.k_head / 128) ** 0.5
         else:
             eff *= FLASH_BWD_FRACTION if bwd else FLASH_FRACTION
-    t_compute = g.flops / (r.peak_flops * eff)
-    in_bytes = DTYPE_BYTES.get(r.dtype, 2) if r.dtype != "fp8" else 1
+    t_compute = g.flops / (peak * eff)
+    in_bytes = DTYPE_BYTES.get(dtype, 2) if dtype != "fp8" else 1
     traffic = g.count * (g.m * g.k * in_bytes + g.k * g.n * in_bytes + g.m * g.n * r.act_bytes)
     t_mem = traffic / r.hbm_Bps
     return passes * max(t_compute, t_mem)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from baige_plan.cost import collectives as C
 from baige_plan.cost.compute import ChipRates, gemm_time_s, layer_memory_bytes
-from baige_plan.cost.execution import EAGER, FUSED_LOSS_BYTES_PER_LOGIT
+from baige_plan.cost.execution import EAGER, FUSED_LOSS_BYTES_PER_LOGIT, eager_host_s
 from baige_plan.cost.flops import Gemm, attention_gemms, linear_gemms, logits_gemm, megatron_model_flops
 from baige_plan.cost.memory import (
     FRAMEWORK_RESERVE_GIB,
@@ -34,11 +34,17 @@ from baige_plan.specs.topology import ClusterSpec, GroupSpec
 
 GRAD_BYTES = 4            # Megatron fp32 main grads (accumulate/all-reduce in fp32)
 ADAM_BYTES_PER_PARAM = 36  # optimizer step traffic: read fp32 grad, master, m, v; write master, m, v, 16-bit param
-ZERO3_COLLECTIVES_PER_LAYER = 4  # per-parameter gathers (qkv, proj, up, down) as DeepSpeed ZeRO-3 issues them
+ZERO3_COLLECTIVES_PER_LAYER = 1  # FSDP / Megatron-FSDP: one flat parameter per layer (what the search plans)
+DEEPSPEED_COLLECTIVES_PER_LAYER = 4  # per-parameter gathers (qkv, proj, up, down) as DeepSpeed ZeRO-3 issues them
+
+
+def zero3_collectives_per_layer(s: StrategySpec) -> int:
+    return DEEPSPEED_COLLECTIVES_PER_LAYER if s.zero3_impl == "deepspeed" else ZERO3_COLLECTIVES_PER_LAYER
 # Fraction of the shorter of (ZeRO-3 communication, compute) hidden under the longer: prefetching
 # overlaps them, but NCCL kernels take SMs and HBM bandwidth from the GEMMs they overlap.
 # Calibrated on Narayanan 2021 Table 2 (compute-bound 384/640-GPU rows); see COST_MODEL.md.
 ZERO3_OVERLAP = 0.55
+TP_OVERLAP_RESIDUAL = 0.1   # with tp_comm_overlap, the first/last chunk of each TP collective stays exposed
 
 
 @dataclass(frozen=True)
@@ -125,6 +131,13 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
     out_b, core_b = layer_memory_bytes(model, tokens, s.micro_batch, seq, s.tp, s.cp, sp, std, act_bytes, moe)
     m_f = (out_b + core_b) / r.hbm_Bps
     m_b = 2 * m_f
+    if r.dtype == "fp8":
+        # Transformer Engine quantises every GEMM input: read 16-bit, write fp8 (+ transpose copy for
+        # wgrad): 3 B per input element in the forward, the output gradients likewise in the backward
+        q_f = sum(g.count * g.m * g.k for g in lin) * 3
+        q_b = sum(g.count * g.m * g.n for g in lin) * 3
+        m_f += q_f / r.hbm_Bps
+        m_b += q_b / r.hbm_Bps
     core_f = a_f + core_b / r.hbm_Bps
     eager_rec = 0.0
     if s.execution == "eager":
@@ -151,6 +164,11 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
     t_tp_b = t_tp
     if s.execution == "eager" and not sp:
         t_tp_b = n_tp * C.all_reduce_s(act_sz * 2, tp_link)
+    if s.tp_comm_overlap and s.tp > 1:
+        # TE userbuffers split each AG/RS into chunks pipelined with the GEMM they feed or follow:
+        # only the part longer than those GEMMs, and the pipeline fill, stays exposed
+        t_tp = max(t_tp - g_f, TP_OVERLAP_RESIDUAL * t_tp)
+        t_tp_b = max(t_tp_b - 2 * g_f, TP_OVERLAP_RESIDUAL * t_tp_b)
     # Expert parallel: dispatch + combine all-to-all per pass (4 per layer per micro-batch).
     t_ep = 0.0
     if moe and model.moe is not None:
@@ -260,6 +278,15 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
         act += count * lt["act"]
         act_layer_full = max(act_layer_full, lt["act_full"])
     bwd += rec
+    if s.execution == "eager":
+        # eager PyTorch: the host must dispatch every op; a host slower than the device sets the pace,
+        # and expert all-to-alls with data-dependent splits serialise the two (cost/execution.py)
+        local_e = model.moe.experts / s.ep if model.moe is not None else 0.0
+        host = eager_host_s(n_layers, n_moe, local_e, s.recompute == "full", s.dp * s.cp, s.zero, s.tp)
+        if n_moe and s.ep > 1:
+            bwd += host
+        else:
+            bwd += max(0.0, host - (fwd + bwd))
 
     last = index == s.pp - 1
     extra_act = 0.0
@@ -312,7 +339,7 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
     if s.zero >= 3:
         # gathered 16-bit weights live at once: the matrix in use + the prefetched one
         layer_full = max(dense_p + expert_p - emb_p, 0.0) / max(n_layers, 1)
-        weights += 2 * 2 * layer_full / ZERO3_COLLECTIVES_PER_LAYER
+        weights += 2 * 2 * layer_full / zero3_collectives_per_layer(s)
     inflight = inflight_microbatches(s.pp, s.vpp, m, index)
     activations = act * inflight + extra_act + act_layer_full
     if s.execution == "eager" and s.zero == 0 and dp_dense == 1:
@@ -347,15 +374,16 @@ def dp_sync_s(st: StageCost, group: GroupSpec, s: StrategySpec, job: JobSpec, m:
     dense, expert = st.dense_params, st.expert_params
     if s.zero >= 3:
         # ZeRO-3 / FSDP: per micro-batch, gather 16-bit weights for forward and for backward
-        # (recomputation reuses the backward gather) and reduce-scatter 16-bit gradients, one
-        # collective per weight matrix. Gathers over a DP world spanning nodes run as a flat ring
-        # at per-device NIC rate (calibrated on Narayanan 2021 Table 2, see COST_MODEL.md).
+        # (recomputation reuses the backward gather) and reduce-scatter 16-bit gradients. FSDP
+        # issues one collective per layer over NCCL's hierarchical rings (group_link); DeepSpeed
+        # ZeRO-3 one per weight matrix, which across nodes ran as a flat ring at per-device NIC
+        # rate (Narayanan 2021 Table 2, see COST_MODEL.md).
         n_layers = st.layers[1] - st.layers[0]
         nodes = -(-dp_n // max(1, _placement_per_node(dpn, s.tp, dp_n)))
-        z_link = C.flat_ring_link(group, dp_n) if nodes > 1 else link
+        z_link = C.flat_ring_link(group, dp_n) if nodes > 1 and s.zero3_impl == "deepspeed" else link
         size = (dense + expert) * 2
         per_mb = 3 * C.all_gather_s(size, z_link)
-        per_mb += 3 * max(0, n_layers * ZERO3_COLLECTIVES_PER_LAYER - 1) * z_link.alpha_s
+        per_mb += 3 * max(0, n_layers * zero3_collectives_per_layer(s) - 1) * z_link.alpha_s
         total = per_mb * m
         return total, 0.0
     if s.zero == 0:

@@ -39,5 +39,42 @@ class EagerTraffic:
     extra_loss_activation_bytes_per_logit: float = 9.0 - 6.0
 
 
+@dataclass(frozen=True)
+class EagerHost:
+    """Host (CPU) dispatch of eager PyTorch, counted in aten ops per micro-batch (fwd + bwd) from the
+    harness traces (`cpu_ops_per_step`): 290 per transformer layer (125M/350M/1.3B and per PP stage
+    alike), +133 per layer recomputed, +36 per layer of DDP hooks, +179 of FSDP2 hooks, +18 of TP
+    collectives; an MoE layer with a looped expert dispatcher adds 120 + 84 per local expert; ~120
+    per step outside the layers. 4.75 us per op: the host-bound MoE steps (26,005 ops, 0.1236 s).
+    Expert-parallel all-to-alls with data-dependent split sizes synchronise host and device at every
+    MoE layer, so their host and device time add instead of overlapping."""
+
+    us_per_op: float = 4.75
+    ops_per_layer: float = 290.0
+    recompute_ops_per_layer: float = 133.0
+    ddp_ops_per_layer: float = 36.0
+    fsdp_ops_per_layer: float = 179.0
+    tp_ops_per_layer: float = 18.0
+    moe_ops_per_layer: float = 120.0
+    moe_ops_per_local_expert: float = 84.0
+    ops_per_step: float = 120.0
+
+
 EAGER = EagerTraffic()
+EAGER_HOST = EagerHost()
+
+
+def eager_host_s(n_layers: int, n_moe: int, local_experts: float, recompute_full: bool, dp: int, zero: int,
+                 tp: int) -> float:
+    """Host dispatch time of one micro-batch on one stage (eager PyTorch)."""
+    h = EAGER_HOST
+    per_layer = h.ops_per_layer + (h.recompute_ops_per_layer if recompute_full else 0.0)
+    if zero >= 3:
+        per_layer += h.fsdp_ops_per_layer
+    elif dp > 1:
+        per_layer += h.ddp_ops_per_layer
+    if tp > 1:
+        per_layer += h.tp_ops_per_layer
+    ops = n_layers * per_layer + n_moe * (h.moe_ops_per_layer + h.moe_ops_per_local_expert * local_experts)
+    return ops * h.us_per_op * 1e-6
 FUSED_LOSS_BYTES_PER_LOGIT = 16.0      # fp32 vocab-parallel cross-entropy: ~4 passes of 4 bytes

@@ -87,9 +87,12 @@ def _execution(framework) -> str:
     """Eager PyTorch with autocast (plain torch / FSDP / HF) vs fused-kernel frameworks (Megatron,
     NeMo, DeepSpeed, Paddle, torchtitan)."""
     t = str(framework or "").lower()
+    if "torchtitan" in t:
+        # torchtitan is eager PyTorch unless torch.compile fuses its kernels
+        compiled = "compile" in t and not any(k in t for k in ("no torch.compile", "no compile", "eager"))
+        return "fused" if compiled else "eager"
     if any(k in t for k in ("megatron-lm", "megatron-core", "megatron-deepspeed", "nemo", "deepspeed", "paddle",
-                            "colossal", "torchtitan")) or t.strip() == "megatron":
-        # torchtitan: FSDP2 with bf16 parameters (no per-layer autocast casts), usually compiled
+                            "colossal")) or t.strip() == "megatron":
         return "fused"
     if any(k in t for k in ("pytorch", "torch", "fsdp", "huggingface", "transformers", "accelerate")):
         return "eager"
@@ -154,6 +157,11 @@ def case_from_row(row: dict, catalog: Catalog, src: str) -> RunCase:
         if first is not None:
             notes.append(f"uneven split: first/last stage {first}/{last} layers (embedding counted as a layer)")
         execution = par.get("execution") or _execution(par.get("framework"))
+        # NeMo / Megatron-Bridge performance recipes run TE userbuffer TP-communication overlap
+        fw = str(par.get("framework", "")).lower()
+        tp_overlap = bool(par.get("tp_comm_overlap", "nemo" in fw or "megatron-bridge" in fw))
+        zero3_impl = "deepspeed" if "deepspeed" in (str(par.get("zero_or_sharding", "")) + " "
+                                                  + str(par.get("framework", ""))).lower() else "fsdp"
         if not par.get("execution"):
             notes.append(f"execution {execution} (framework {par.get('framework')!r})")
         sp = par.get("sequence_parallel")
@@ -163,7 +171,7 @@ def case_from_row(row: dict, catalog: Catalog, src: str) -> RunCase:
                                 recompute=_recompute(par.get("recompute")),
                                 sequence_parallel=bool(sp) if sp is not None else False,
                                 attention=attention, first_stage_layers=first, last_stage_layers=last,
-                                execution=execution)
+                                execution=execution, zero3_impl=zero3_impl, tp_comm_overlap=tp_overlap)
         job = JobSpec(global_batch=int(par["global_batch_seqs"]), seq_len=int(md.get("seq_len", 2048)),
                       precision=_precision(par.get("precision")))
     except SpecError as e:

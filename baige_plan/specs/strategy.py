@@ -40,6 +40,9 @@ class StrategySpec:
     last_stage_layers: int | None = None    # Megatron --decoder-last-pipeline-num-layers
     overlap_grad_reduce: bool = True        # DP gradient reduction overlapped with the last backward
     execution: str = "fused"                # fused (Megatron/TE kernels) | eager (PyTorch eager + autocast)
+    tp_comm_overlap: bool = False           # Transformer Engine userbuffers: TP collectives overlap the GEMMs
+    zero3_impl: str = "fsdp"                # ZeRO-3 collectives: fsdp (one per layer, NCCL hierarchical rings)
+                                            # | deepspeed (one per weight, flat over the DP world; Narayanan 2021)
 
     def __post_init__(self) -> None:
         for k in ("tp", "pp", "dp", "cp", "ep", "etp", "micro_batch", "vpp"):
@@ -51,6 +54,8 @@ class StrategySpec:
                 f"must be one of {', '.join(ATTENTION)}, got {self.attention!r}")
         require(self.execution in ("fused", "eager"), "execution",
                 f"must be fused or eager, got {self.execution!r}")
+        require(self.zero3_impl in ("fsdp", "deepspeed"), "zero3_impl",
+                f"must be fsdp or deepspeed, got {self.zero3_impl!r}")
         if self.sequence_parallel is None:
             object.__setattr__(self, "sequence_parallel", self.tp > 1)
         if self.tp == 1 and self.sequence_parallel:
