@@ -162,3 +162,55 @@ def test_analyze_trace_union_counts_and_optimizer():
     assert (r["cpu_ops_per_step"], r["cpu_top_ops_per_step"]) == (4, 2)
     assert r["optimizer_kernels_s"] == pytest.approx(30e-6)
     assert S.analyze_trace(ev, device=1)["kernels_per_step"] == 1
+
+
+def test_moe_presets_and_row():
+    m = C.build_model("moe-350m-8e")
+    assert (m.layers, m.hidden, m.heads, m.moe) == (24, 1024, 16, C.MoEConfig(8, 2, 2048))
+    per_layer = 4 * 1024 * 1024 + 4 * 1024 + 4 * 1024 + 1024 * 8 + 8 * (2 * 1024 * 2048 + 2048 + 1024)
+    assert m.params() == 24 * per_layer + 50304 * 1024 + 2048 * 1024 + 2 * 1024
+    assert C.build_model("gpt-350m").moe is None
+    r = C.build_run(m, "ddp", world=2, ep=2, micro_batch=4)
+    assert (r.dp, r.ep, r.global_batch, r.router) == (2, 2, 8, "balanced")
+    env = {"gpu_model": "NVIDIA H200", "torch": "2.11.0+cu130"}
+    row = C.make_row(r, {"step_time_samples_s": [0.1], "peak_memory_gib": 1.0, "reserved_memory_gib": 2.0},
+                     env, "cmd", "d")
+    assert row["id"] == "h200_moe350m8e_ddp2_ep2_mb4_noac"
+    assert row["model"]["type"] == "moe"
+    assert row["model"]["moe"] == {"experts": 8, "top_k": 2, "expert_ffn_hidden": 2048, "shared_experts": 0,
+                                   "layer_freq": 1, "first_dense_layers": 0}
+    p = row["parallel"]
+    assert (p["ep"], p["dp"], p["moe_router"]) == (2, 2, "balanced")
+    assert p["framework"] == "pytorch 2.11.0+cu130 MoE EP (alltoall dispatcher, balanced router)"
+    one = C.build_run(m, "single", micro_batch=2, router="learned")
+    assert one.make_id("h200") == "h200_moe350m8e_single_mb2_noac_learned"
+    assert C.make_row(one, {"step_time_samples_s": [0.1], "peak_memory_gib": 1.0, "reserved_memory_gib": 2.0},
+                      env, "cmd", "d")["parallel"]["ep"] == 1
+    assert C.build_run(C.build_model("gpt-350m")).make_id("h200") == "h200_gpt350m_single_mb1_noac"
+    cfg = C.from_mapping({"model": {"preset": "gpt-125m", "experts": 4, "top_k": 1, "expert_ffn_hidden": 768},
+                          "strategy": "ddp", "world": 2, "ep": 2, "router": "learned"})
+    assert cfg.model.moe == C.MoEConfig(4, 1, 768) and cfg.ep == 2
+
+
+@pytest.mark.parametrize("model_over, kwargs, msg", [
+    ({}, {"strategy": "ddp", "world": 2, "ep": 3}, "experts=8 is not divisible by ep=3"),
+    ({}, {"strategy": "ddp", "world": 4, "ep": 2}, "ep must be 1 or world=4"),
+    ({}, {"strategy": "single", "ep": 2}, "ep must be 1 or world=1"),
+    ({}, {"strategy": "fsdp", "world": 2}, "runs with strategy single or ddp"),
+    ({}, {"strategy": "tp", "world": 2}, "runs with strategy single or ddp"),
+    ({}, {"router": "sinkhorn"}, "router must be one of"),
+    ({"seq_len": 3}, {"micro_batch": 1}, "balanced router needs"),
+    ({"_dense": True}, {"strategy": "ddp", "world": 2, "ep": 2}, "needs an MoE model"),
+])
+def test_invalid_moe_combinations(model_over, kwargs, msg):
+    model = C.build_model("gpt-350m") if model_over.pop("_dense", False) else C.build_model("moe-350m-8e",
+                                                                                              **model_over)
+    with pytest.raises(C.ConfigError, match=msg):
+        C.build_run(model, **kwargs)
+
+
+def test_invalid_moe_models():
+    with pytest.raises(C.ConfigError, match="top_k=9 exceeds experts=8"):
+        C.build_model("moe-350m-8e", top_k=9)
+    with pytest.raises(C.ConfigError, match="missing top_k, expert_ffn_hidden"):
+        C.build_model("gpt-350m", experts=8)

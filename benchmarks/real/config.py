@@ -9,6 +9,13 @@ Batch arithmetic (Megatron convention)::
 
 For pipeline parallelism the `grad_accum` micro-batches of one step are the pipeline's
 micro-batches (GPipe / 1F1B schedule).
+
+Mixture of experts (`moe-*` presets, or `experts`/`top_k`/`expert_ffn_hidden` on any model): every
+layer's MLP is replaced by `experts` GeLU expert MLPs of width `expert_ffn_hidden` behind a top-k
+softmax router (no shared experts). Expert parallelism `ep` (1 or world) runs under strategy
+`ddp`: dense parameters are data parallel over all ranks, each rank holds experts/ep experts, and
+tokens move by all-to-all (Megatron-core's "alltoall" dispatcher); dp = world as in Megatron, where
+ep folds into dp.
 """
 
 from __future__ import annotations
@@ -22,6 +29,12 @@ from typing import Any
 import yaml
 
 STRATEGIES = ("single", "ddp", "fsdp", "tp", "pp")
+#: MoE routers: `balanced` assigns token i to experts (i*top_k + j) % experts, j < top_k, so every
+#: expert gets exactly tokens*top_k/experts tokens (the balanced-routing cost model); the router's
+#: softmax still weights the outputs (and gets gradients). `learned`: top-k of the router logits.
+ROUTERS = ("balanced", "learned")
+#: strategies that run an MoE model (expert parallelism needs ddp's process group)
+MOE_STRATEGIES = ("single", "ddp")
 RECOMPUTE = ("none", "full")
 PP_SCHEDULES = ("1f1b", "gpipe")
 
@@ -33,6 +46,10 @@ PRESETS: dict[str, dict[str, int]] = {
     "gpt-350m": {"layers": 24, "hidden": 1024, "heads": 16},
     "gpt-760m": {"layers": 24, "hidden": 1536, "heads": 16},
     "gpt-1.3b": {"layers": 24, "hidden": 2048, "heads": 16},
+    # MoE: the dense preset's shape with every MLP replaced by 8 GeLU experts of ffn 4h/top_k
+    # (top-2: the active MLP FLOPs per token equal the dense model's), top-2 softmax router.
+    "moe-350m-8e": {"layers": 24, "hidden": 1024, "heads": 16, "experts": 8, "top_k": 2, "expert_ffn_hidden": 2048},
+    "moe-760m-8e": {"layers": 24, "hidden": 1536, "heads": 16, "experts": 8, "top_k": 2, "expert_ffn_hidden": 3072},
 }
 DEFAULT_VOCAB = 50304
 DEFAULT_SEQ = 2048
@@ -40,6 +57,15 @@ DEFAULT_SEQ = 2048
 
 class ConfigError(ValueError):
     """A harness configuration that cannot run; the message names the values."""
+
+
+@dataclass(frozen=True)
+class MoEConfig:
+    """Every layer's MLP -> `experts` GeLU MLPs (h -> expert_ffn_hidden -> h, with biases) behind a
+    bias-free top-k softmax router Linear(h, experts). No shared experts, no dense layers."""
+    experts: int
+    top_k: int
+    expert_ffn_hidden: int
 
 
 @dataclass(frozen=True)
@@ -51,6 +77,7 @@ class ModelConfig:
     ffn_hidden: int
     vocab: int = DEFAULT_VOCAB
     seq_len: int = DEFAULT_SEQ
+    moe: MoEConfig | None = None
 
     @property
     def head_dim(self) -> int:
@@ -60,7 +87,11 @@ class ModelConfig:
         """Exact parameter count of the harness's model (biases and LayerNorms included)."""
         h, f, v, s = self.hidden, self.ffn_hidden, self.vocab, self.seq_len
         attn = 4 * h * h + 4 * h              # q, k, v, out with biases
-        mlp = 2 * h * f + f + h
+        if self.moe is None:
+            mlp = 2 * h * f + f + h
+        else:
+            fe = self.moe.expert_ffn_hidden
+            mlp = h * self.moe.experts + self.moe.experts * (2 * h * fe + fe + h)   # router + experts
         norms = 2 * 2 * h
         per_layer = attn + mlp + norms
         emb = v * h + s * h                   # token + learned position embeddings
@@ -79,6 +110,8 @@ class RunConfig:
     grad_accum: int = 1
     recompute: str = "none"
     pp_schedule: str = "1f1b"
+    ep: int = 1
+    router: str = "balanced"
     warmup: int = 3
     steps: int = 8
     seed: int = 1234
@@ -108,10 +141,13 @@ class RunConfig:
     def make_id(self, prefix: str) -> str:
         par = {"single": "single", "ddp": f"ddp{self.dp}", "fsdp": f"fsdp{self.dp}",
                "tp": f"tp{self.tp}", "pp": f"pp{self.pp}"}[self.strategy]
+        if self.ep > 1:
+            par += f"_ep{self.ep}"
         ac = "ac" if self.recompute == "full" else "noac"
         ga = f"_ga{self.grad_accum}" if self.grad_accum != 1 else ""
-        short = self.model.name.replace("gpt-", "gpt").replace(".", "p")
-        return f"{prefix}_{short}_{par}_mb{self.micro_batch}{ga}_{ac}"
+        short = self.model.name.replace("-", "").replace(".", "p")
+        router = "_learned" if self.model.moe is not None and self.router == "learned" else ""
+        return f"{prefix}_{short}_{par}_mb{self.micro_batch}{ga}_{ac}{router}"
 
     @property
     def id(self) -> str:
@@ -137,6 +173,17 @@ def build_model(preset: str | None = None, **over: Any) -> ModelConfig:
             raise ConfigError(f"without --preset, give {', '.join('--' + m for m in missing)}")
         base = {"name": "custom"}
     base.update(over)
+    moe_keys = [k for k in _MOE_KEYS if base.get(k) is not None]
+    moe = None
+    if moe_keys:
+        missing = [k for k in _MOE_KEYS if base.get(k) is None]
+        if missing:
+            raise ConfigError(f"an MoE model needs {', '.join(_MOE_KEYS)}; missing {', '.join(missing)}")
+        for k in _MOE_KEYS:
+            _pos_int(k, base[k])
+        if base["top_k"] > base["experts"]:
+            raise ConfigError(f"top_k={base['top_k']} exceeds experts={base['experts']}")
+        moe = MoEConfig(experts=base["experts"], top_k=base["top_k"], expert_ffn_hidden=base["expert_ffn_hidden"])
     for k in ("layers", "hidden", "heads"):
         _pos_int(k, base[k])
     base.setdefault("ffn_hidden", 4 * base["hidden"])
@@ -150,12 +197,13 @@ def build_model(preset: str | None = None, **over: Any) -> ModelConfig:
         raise ConfigError(f"head dim {base['hidden'] // base['heads']} must be a multiple of 8 (flash attention)")
     return ModelConfig(name=str(base["name"]), layers=base["layers"], hidden=base["hidden"],
                        heads=base["heads"], ffn_hidden=base["ffn_hidden"], vocab=base["vocab"],
-                       seq_len=base["seq_len"])
+                       seq_len=base["seq_len"], moe=moe)
 
 
 def build_run(model: ModelConfig, strategy: str = "single", world: int = 1, tp: int | None = None,
               pp: int | None = None, micro_batch: int = 1, grad_accum: int | None = None,
               global_batch: int | None = None, recompute: str = "none", pp_schedule: str = "1f1b",
+              ep: int | None = None, router: str = "balanced",
               warmup: int = 3, steps: int = 8, seed: int = 1234, run_id: str | None = None) -> RunConfig:
     """Validate a strategy against the model and world size. Raises ConfigError naming the values."""
     if strategy not in STRATEGIES:
@@ -202,6 +250,25 @@ def build_run(model: ModelConfig, strategy: str = "single", world: int = 1, tp: 
             raise ConfigError(f"strategy 'pp' uses all GPUs for pipeline stages (dp=1): pp={pp_} != world={world}")
     if strategy in ("ddp", "fsdp") and world < 2:
         raise ConfigError(f"strategy {strategy!r} needs world >= 2, got world={world}")
+    ep_ = 1 if ep is None else _pos_int("ep", ep)
+    if router not in ROUTERS:
+        raise ConfigError(f"router must be one of {', '.join(ROUTERS)}, got {router!r}")
+    moe = model.moe
+    if moe is None:
+        if ep_ != 1:
+            raise ConfigError(f"ep={ep_} needs an MoE model; {model.name} is dense")
+    else:
+        if strategy not in MOE_STRATEGIES:
+            raise ConfigError(f"an MoE model runs with strategy {' or '.join(MOE_STRATEGIES)}, got {strategy!r}")
+        if moe.experts % ep_:
+            raise ConfigError(f"experts={moe.experts} is not divisible by ep={ep_}")
+        if ep_ not in (1, world):
+            raise ConfigError(f"ep must be 1 or world={world} (expert-data-parallel groups of one), got ep={ep_}")
+        if ep_ > 1 and strategy != "ddp":
+            raise ConfigError(f"ep={ep_} needs strategy 'ddp' (dense parameters data parallel), got {strategy!r}")
+        if router == "balanced" and (micro_batch * model.seq_len * moe.top_k) % moe.experts:
+            raise ConfigError(f"balanced router needs micro_batch*seq_len*top_k = {micro_batch}*{model.seq_len}*"
+                              f"{moe.top_k} divisible by experts={moe.experts}")
     dp = world // (tp_ * pp_)
     if grad_accum is None:
         if global_batch is None:
@@ -220,13 +287,15 @@ def build_run(model: ModelConfig, strategy: str = "single", world: int = 1, tp: 
     if strategy == "pp" and grad_accum < pp_:
         raise ConfigError(f"pipeline needs at least pp={pp_} micro-batches per step, got grad_accum={grad_accum}")
     return RunConfig(model=model, strategy=strategy, world=world, tp=tp_, pp=pp_, micro_batch=micro_batch,
-                     grad_accum=grad_accum, recompute=recompute, pp_schedule=pp_schedule, warmup=warmup,
+                     grad_accum=grad_accum, recompute=recompute, pp_schedule=pp_schedule, ep=ep_,
+                     router=router, warmup=warmup,
                      steps=steps, seed=seed, run_id=run_id)
 
 
-_MODEL_KEYS = ("layers", "hidden", "heads", "ffn_hidden", "vocab", "seq_len")
+_MOE_KEYS = ("experts", "top_k", "expert_ffn_hidden")
+_MODEL_KEYS = ("layers", "hidden", "heads", "ffn_hidden", "vocab", "seq_len") + _MOE_KEYS
 _RUN_KEYS = ("strategy", "world", "tp", "pp", "micro_batch", "grad_accum", "global_batch", "recompute",
-             "pp_schedule", "warmup", "steps", "seed", "run_id")
+             "pp_schedule", "ep", "router", "warmup", "steps", "seed", "run_id")
 
 
 def from_mapping(d: dict[str, Any], world: int | None = None) -> RunConfig:
@@ -263,6 +332,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--global-batch", dest="global_batch", type=int)
     ap.add_argument("--recompute", choices=RECOMPUTE)
     ap.add_argument("--pp-schedule", dest="pp_schedule", choices=PP_SCHEDULES)
+    ap.add_argument("--ep", type=int, help="expert parallelism (MoE; 1 or world, strategy ddp)")
+    ap.add_argument("--router", choices=ROUTERS, help="MoE router (default balanced)")
     ap.add_argument("--warmup", type=int)
     ap.add_argument("--steps", type=int)
     ap.add_argument("--seed", type=int)
@@ -312,19 +383,32 @@ def make_row(cfg: RunConfig, results: dict[str, Any], env: dict[str, Any], comma
     tokens = cfg.global_batch * m.seq_len
     framework = {"single": "single GPU", "ddp": "DDP", "fsdp": "FSDP2 fully_shard", "tp": "Megatron-style TP",
                  "pp": f"pipelining {cfg.pp_schedule.upper()}"}[cfg.strategy]
+    if m.moe is not None:   # ep 1 runs the same dispatcher code path without the all-to-all
+        framework = f"MoE EP (alltoall dispatcher, {cfg.router} router)"
     sharding = {"single": "none (1 GPU)", "ddp": "none (DDP)", "fsdp": "FSDP FULL_SHARD (ZeRO-3)",
                 "tp": "none (tensor parallel)", "pp": "none (pipeline parallel)"}[cfg.strategy]
     num_gpus = cfg.world
     env = {k: (None if v is None else (v if isinstance(v, int) else str(v))) for k, v in env.items()}
     chip, prefix, mem_gb = chip_for(env.get("gpu_model"))
+    moe = {} if m.moe is None else {"moe": {
+        "experts": m.moe.experts, "top_k": m.moe.top_k, "expert_ffn_hidden": m.moe.expert_ffn_hidden,
+        "shared_experts": 0, "layer_freq": 1, "first_dense_layers": 0}}
+    moe_par = {} if m.moe is None else {
+        "ep": cfg.ep, "moe_router": cfg.router,
+        "moe_detail": ("alltoall token dispatcher (permute by expert, all_to_all_single, SequentialMLP loop "
+                       "over local experts, all_to_all back, unpermute weighted by router probabilities); "
+                       f"{m.moe.experts // cfg.ep} experts per rank; dense parameters "
+                       + ("DDP all-reduced, expert parameters not replicated" if cfg.ep > 1 else
+                          ("DDP all-reduced with the experts" if cfg.strategy == "ddp" else "on one GPU")))}
     return {
         "id": cfg.run_id or cfg.make_id(prefix),
         "source": {"key": "baige-real-2026",
                    "citation": f"baige-plan benchmarks/real harness, {date}, {command}"},
-        "model": {"name": m.name, "type": "dense", "params_b": round(cfg.model.params(cfg.tie_embeddings) / 1e9, 4),
+        "model": {"name": m.name, "type": "dense" if m.moe is None else "moe",
+                  "params_b": round(cfg.model.params(cfg.tie_embeddings) / 1e9, 4),
                   "layers": m.layers, "hidden": m.hidden, "heads": m.heads, "kv_heads": m.heads,
                   "ffn_hidden": m.ffn_hidden, "vocab": m.vocab, "seq_len": m.seq_len, "activation": "gelu",
-                  "tie_embeddings": cfg.tie_embeddings},
+                  "tie_embeddings": cfg.tie_embeddings, **moe},
         "hardware": {"gpu_model": env.get("gpu_model"), "chip": chip, "num_gpus": num_gpus,
                      "gpus_per_node": env.get("gpus_per_node", num_gpus), "gpu_memory_gb": mem_gb,
                      "driver": env.get("driver"), "torch": env.get("torch"), "nccl": env.get("nccl"),
@@ -335,7 +419,7 @@ def make_row(cfg: RunConfig, results: dict[str, Any], env: dict[str, Any], comma
                      "grad_accum": cfg.grad_accum, "recompute": cfg.recompute, "precision": "bf16",
                      "precision_detail": PRECISION_DETAIL[cfg.strategy],
                      "attention": "flash", "framework": f"pytorch {env.get('torch')} {framework}",
-                     **({"schedule": cfg.pp_schedule} if cfg.strategy == "pp" else {})},
+                     **({"schedule": cfg.pp_schedule} if cfg.strategy == "pp" else {}), **moe_par},
         "results": {"step_time_s": step, "step_time_samples_s": samples,
                     "peak_memory_gib": round(float(results["peak_memory_gib"]), 3),
                     "reserved_memory_gib": round(float(results["reserved_memory_gib"]), 3),

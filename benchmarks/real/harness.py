@@ -16,7 +16,10 @@ F.scaled_dot_product_attention (causal; flash kernel for bf16 on Hopper). Synthe
 
 Tensor parallelism is Megatron-style on plain tensors (`_tp_layers`: torch.autograd.Function +
 torch.distributed.all_reduce, no DTensor), with a vocab-parallel embedding, output layer and
-cross-entropy. After the timed steps one extra step runs under torch.profiler (instrumentation:
+cross-entropy. Mixture-of-experts models (`_moe_layers`) replace every MLP by routed experts;
+expert parallelism dispatches tokens with all_to_all_single (Megatron-core's "alltoall" token
+dispatcher) and keeps the dense parameters data parallel (DDP, expert parameters ignored by it).
+After the timed steps one extra step runs under torch.profiler (instrumentation:
 GPU busy time, kernel and aten-op counts; see steptrace.py); it is not in the median.
 
 Configuration parsing lives in config.py (no torch); torch is imported in `main` only.
@@ -58,6 +61,8 @@ def cli_command(cfg: C.RunConfig) -> str:
         parts += ["--tp", str(cfg.tp)]
     if cfg.strategy == "pp":
         parts += ["--pp", str(cfg.pp), "--pp-schedule", cfg.pp_schedule]
+    if cfg.model.moe is not None:
+        parts += ["--ep", str(cfg.ep), "--router", cfg.router]
     return " ".join(parts)
 
 
@@ -206,24 +211,165 @@ def _tp_layers(torch, nn, F, dist):
                            vocab_parallel_cross_entropy=vocab_parallel_cross_entropy)
 
 
+def _moe_layers(torch, nn, F, dist):
+    """Mixture-of-experts MLP with Megatron-core's "alltoall" token dispatcher semantics.
+
+    Router: bias-free Linear(h, E); `learned` takes the top-k logits per token, `balanced` assigns
+    token i to experts (i*k + j) % E (every expert gets exactly N*k/E of the N tokens); in both the
+    combine weights are the softmax over the k chosen logits (so the router gets gradients).
+    Dispatch: the N*k (token, expert) pairs are permuted so that each expert's tokens are
+    contiguous; under expert parallelism (`ep`: SimpleNamespace(group, size, rank), rank r holding
+    experts [r*E/ep, (r+1)*E/ep)) `all_to_all_single` with per-rank split sizes sends each rank the
+    tokens of its experts, the received chunks (source rank, local expert) are regrouped by local
+    expert, the local experts run one after the other (Megatron's SequentialMLP: fc1, GeLU, fc2 with
+    biases), and the same steps run backwards (regroup, all-to-all back = combine, unpermute, weight
+    by the router probabilities, sum over the k choices). Tokens move in the autocast dtype (bf16).
+    The split sizes are known on the host without a sync under the balanced router; the learned
+    router reads the per-expert counts from the device (one sync per layer, as Megatron's)."""
+
+    class _AllToAll(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, out_splits, in_splits, group):
+            ctx.splits, ctx.group = (out_splits, in_splits), group
+            out = x.new_empty((sum(out_splits),) + tuple(x.shape[1:]))
+            dist.all_to_all_single(out, x.contiguous(), out_splits, in_splits, group=group)
+            return out
+
+        @staticmethod
+        def backward(ctx, g):
+            out_splits, in_splits = ctx.splits
+            gin = g.new_empty((sum(in_splits),) + tuple(g.shape[1:]))
+            dist.all_to_all_single(gin, g.contiguous(), in_splits, out_splits, group=ctx.group)
+            return gin, None, None, None
+
+    def _regroup(x, sizes, n_rows, n_cols):
+        """Chunks laid out row-major over an (n_rows, n_cols) grid -> column-major."""
+        if n_rows == 1 or n_cols == 1:
+            return x
+        chunks = torch.split(x, sizes)
+        return torch.cat([chunks[r * n_cols + c] for c in range(n_cols) for r in range(n_rows)])
+
+    class Expert(nn.Module):
+        def __init__(self, h: int, f: int):
+            super().__init__()
+            self.fc1 = nn.Linear(h, f)
+            self.fc2 = nn.Linear(f, h)
+
+        def forward(self, x):
+            return self.fc2(F.gelu(self.fc1(x), approximate="tanh"))
+
+    class MoEMLP(nn.Module):
+        def __init__(self, h: int, moe, router: str = "balanced", ep=None):
+            super().__init__()
+            self.E, self.k, self.router_mode = moe.experts, moe.top_k, router
+            self.ep = ep
+            size = 1 if ep is None else ep.size
+            assert self.E % size == 0, (self.E, size)
+            self.local = self.E // size
+            self.first = 0 if ep is None else ep.rank * self.local
+            self.router = nn.Linear(h, self.E, bias=False)
+            self.experts = nn.ModuleList(Expert(h, moe.expert_ffn_hidden) for _ in range(self.local))
+
+        def forward(self, x):
+            shape = x.shape
+            dev = x.device.type
+            xf = x.reshape(-1, shape[-1])
+            n, E, k = xf.shape[0], self.E, self.k
+            logits = self.router(xf)
+            if self.router_mode == "balanced":
+                idx = (torch.arange(n, device=x.device).unsqueeze(1) * k
+                       + torch.arange(k, device=x.device).unsqueeze(0)) % E
+                assert (n * k) % E == 0, (n, k, E)
+                counts = [n * k // E] * E                 # host-known: no device sync
+                chosen = logits.gather(1, idx)
+            else:
+                chosen, idx = logits.topk(k, dim=-1)
+                counts = None
+            probs = torch.softmax(chosen.float(), dim=-1)  # (n, k) combine weights
+            if torch.is_autocast_enabled(dev):
+                xf = xf.to(torch.get_autocast_dtype(dev))
+            flat = idx.reshape(-1)
+            order = torch.argsort(flat, stable=True)       # (token, choice) pairs grouped by expert
+            xs = xf[order // k]
+            size = 1 if self.ep is None else self.ep.size
+            if counts is None:
+                cnt = torch.bincount(flat, minlength=E)
+            if size > 1:
+                L = self.local
+                if counts is None:
+                    recv = torch.empty_like(cnt)
+                    dist.all_to_all_single(recv, cnt, group=self.ep.group)
+                    both = torch.cat([cnt, recv]).tolist()    # one device -> host sync
+                    counts, rcounts = both[:E], both[E:]
+                else:
+                    rcounts = [counts[self.first + j] for _ in range(size) for j in range(L)]  # same n on every rank
+                in_splits = [sum(counts[r * L:(r + 1) * L]) for r in range(size)]
+                out_splits = [sum(rcounts[r * L:(r + 1) * L]) for r in range(size)]
+                recv_x = _AllToAll.apply(xs, out_splits, in_splits, self.ep.group)
+                # received chunks (source rank r, local expert j), r-major -> j-major
+                xs = _regroup(recv_x, rcounts, size, L)
+                per_expert = [sum(rcounts[r * L + j] for r in range(size)) for j in range(L)]
+            else:
+                if counts is None:
+                    counts = cnt.tolist()
+                per_expert = counts
+            outs = [exp(chunk) for exp, chunk in zip(self.experts, torch.split(xs, per_expert), strict=True)]
+            ys = torch.cat(outs) if len(outs) > 1 else outs[0]
+            if size > 1:
+                ys = _regroup(ys, [rcounts[r * L + j] for j in range(L) for r in range(size)], L, size)
+                ys = _AllToAll.apply(ys, in_splits, out_splits, self.ep.group)
+            inv = torch.empty_like(order)
+            inv[order] = torch.arange(order.numel(), device=order.device)
+            y = ys[inv].view(n, k, -1)                     # unpermute
+            out = (y * probs.unsqueeze(-1).to(y.dtype)).sum(1)
+            return out.view(*shape[:-1], out.shape[-1])
+
+    return MoEMLP
+
+
+def shard_experts(full: dict, rank: int, size: int, experts: int) -> dict:
+    """Rank `rank`'s parameters under ep=`size` cut from an ep=1 MoE model's state dict (tests)."""
+    local = experts // size
+    out = {}
+    for k, v in full.items():
+        parts = k.split(".")
+        if "experts" in parts:
+            i = parts.index("experts")
+            e = int(parts[i + 1])
+            if not rank * local <= e < (rank + 1) * local:
+                continue
+            parts[i + 1] = str(e - rank * local)
+            out[".".join(parts)] = v.clone()
+        else:
+            out[k] = v.clone()
+    return out
+
+
 def _build_modules(torch, nn, F, dist=None):
     """(GPT, tp layers or None). `GPT(..., tp=SimpleNamespace(group, size, rank))` builds the
     Megatron-style tensor-parallel model on plain tensors; tp=None the unsharded one."""
     from torch.utils.checkpoint import checkpoint
 
     L = _tp_layers(torch, nn, F, dist) if dist is not None else None
+    MoEMLP = _moe_layers(torch, nn, F, dist)
 
     class Block(nn.Module):
         """Pre-LN transformer block with one fused QKV GEMM. Its output features are laid out
         [q | k | v], each over this rank's heads: under tensor parallelism every rank's column
         shard holds whole heads (the per-partition layout of Megatron's fused QKV)."""
 
-        def __init__(self, h: int, heads: int, f: int, tp=None):
+        def __init__(self, h: int, heads: int, f: int, tp=None, moe=None, router: str = "balanced", ep=None):
             super().__init__()
             self.head_dim = h // heads
             self.ln1 = nn.LayerNorm(h)
             self.ln2 = nn.LayerNorm(h)
-            if tp is None:
+            self.moe = None
+            if moe is not None:
+                assert tp is None, "MoE runs without tensor parallelism"
+                self.qkv = nn.Linear(h, 3 * h)
+                self.out = nn.Linear(h, h)
+                self.moe = MoEMLP(h, moe, router, ep)
+            elif tp is None:
                 self.qkv = nn.Linear(h, 3 * h)
                 self.out = nn.Linear(h, h)
                 self.fc1 = nn.Linear(h, f)
@@ -242,6 +388,8 @@ def _build_modules(torch, nn, F, dist=None):
             a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
             a = a.transpose(1, 2).reshape(b, t, nh * self.head_dim)
             x = x + self.out(a)
+            if self.moe is not None:
+                return x + self.moe(self.ln2(x))
             return x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
 
     class GPT(nn.Module):
@@ -249,7 +397,8 @@ def _build_modules(torch, nn, F, dist=None):
         this rank's vocabulary slice of the logits (use `loss`, which knows)."""
 
         def __init__(self, m: C.ModelConfig, layers: int, first: bool = True, last: bool = True,
-                     tie: bool = True, recompute: bool = False, tp=None, amp: bool = True):
+                     tie: bool = True, recompute: bool = False, tp=None, amp: bool = True,
+                     router: str = "balanced", ep=None):
             super().__init__()
             self.first, self.last, self.recompute, self.tp, self.amp = first, last, recompute, tp, amp
             self.vocab = m.vocab
@@ -258,7 +407,8 @@ def _build_modules(torch, nn, F, dist=None):
             if first:
                 self.wte = nn.Embedding(m.vocab, m.hidden) if tp is None else L.VocabParallelEmbedding(m.vocab, m.hidden, tp)
                 self.wpe = nn.Embedding(m.seq_len, m.hidden)
-            self.blocks = nn.ModuleList(Block(m.hidden, m.heads, m.ffn_hidden, tp) for _ in range(layers))
+            self.blocks = nn.ModuleList(Block(m.hidden, m.heads, m.ffn_hidden, tp, m.moe, router, ep)
+                                        for _ in range(layers))
             if last:
                 self.ln_f = nn.LayerNorm(m.hidden)
                 if tp is None:
@@ -445,16 +595,21 @@ def run_one(cfg: C.RunConfig, torch, dist, rank: int, local_rank: int, log, prof
                 schedule.step()
             optimizer_step()
     else:
-        tp = None
+        tp = ep = None
         if cfg.strategy == "tp":
             tp = SimpleNamespace(group=dist.group.WORLD, size=cfg.tp, rank=dist.get_rank())
+        if cfg.ep > 1:                                  # ep == world (config): one EP group, its own communicator
+            ep = SimpleNamespace(group=dist.new_group(list(range(cfg.ep))), size=cfg.ep, rank=dist.get_rank())
         with dev:
-            model = GPT(m, m.layers, tie=cfg.tie_embeddings, recompute=recompute, tp=tp)
+            model = GPT(m, m.layers, tie=cfg.tie_embeddings, recompute=recompute, tp=tp, router=cfg.router, ep=ep)
         loss_of = model.loss
         no_sync = None
         if cfg.strategy == "ddp":
             from torch.nn.parallel import DistributedDataParallel as DDP
 
+            if ep is not None:                          # experts sharded, not replicated: DDP syncs dense only
+                DDP._set_params_and_buffers_to_ignore_for_model(
+                    model, [n for n, _ in model.named_parameters() if ".experts." in n])
             model = DDP(model, device_ids=[local_rank] if cuda else None)
             no_sync = model.no_sync
             optims.append(torch.optim.AdamW(model.parameters(), lr=1e-4, fused=cuda))
