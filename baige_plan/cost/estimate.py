@@ -157,13 +157,13 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
     act_sz = tokens * model.hidden * act_bytes
     n_tp = 1 if moe else 2
     if sp:
-        t_tp = n_tp * (C.all_gather_s(act_sz, tp_link) + C.reduce_scatter_s(act_sz, tp_link))
+        t_tp = t_tp_b = n_tp * (C.all_gather_s(act_sz, tp_link) + C.reduce_scatter_s(act_sz, tp_link))
     else:
-        t_tp = n_tp * C.all_reduce_s(act_sz, tp_link)
-    # eager autocast: the backward all-reduces carry fp32 gradients of the fp32 LayerNorm outputs
-    t_tp_b = t_tp
-    if s.execution == "eager" and not sp:
-        t_tp_b = n_tp * C.all_reduce_s(act_sz * 2, tp_link)
+        # without SP an MoE layer also all-reduces the combined expert output over the TP group
+        n_ar = n_tp + (1 if moe and s.tp > 1 else 0)
+        t_tp = n_ar * C.all_reduce_s(act_sz, tp_link)
+        # eager autocast: the backward all-reduces carry fp32 gradients of the fp32 LayerNorm outputs
+        t_tp_b = n_ar * C.all_reduce_s(act_sz * (2 if s.execution == "eager" else 1), tp_link)
     if s.tp_comm_overlap and s.tp > 1:
         # TE userbuffers split each AG/RS into chunks pipelined with the GEMM they feed or follow:
         # only the part longer than those GEMMs, and the pipeline fill, stays exposed
@@ -176,8 +176,6 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
         t_ep = 2 * C.all_to_all_s(routed * s.etp, ep_link) if s.ep > 1 else 0.0
         if s.etp > 1:
             t_ep += 2 * C.all_gather_s(routed * s.etp, etp_link)
-        if s.tp > 1 and not sp:
-            t_tp += C.all_reduce_s(act_sz, tp_link)
     # Context parallel ring attention: cp-1 KV block exchanges, overlapped with the attention
     # core blocks they feed (Liu et al. 2023, Ring Attention; Megatron CP).
     t_cp_f = t_cp_b = 0.0
