@@ -20,11 +20,15 @@ def plan_hetero(cat, m: ModelSpec, cl: ClusterSpec, job: JobSpec, *, micro_batch
     from baige_plan.io.hetero_plans import hetero_plan_doc, hetero_plans_doc
     from baige_plan.io.plans import chip_docs_from_catalog, dumps, format_for
     from baige_plan.io.render_plans import hetero_tables, print_tables
-    from baige_plan.search.hetero import solve
+    from baige_plan.search.hetero import runs_on, solve
 
     base = StrategySpec(micro_batch=micro_batch or 1, zero=1 if zero is None else zero,
                         recompute=recompute.value if recompute else "selective",
                         sequence_parallel=True if sequence_parallel is None else sequence_parallel, attention=attention)
+    for g in cl.groups:
+        if not runs_on(g, job):
+            note(f"group {g.name!r} ({g.chip.id}) is left out: its chip file lacks a figure the cost model needs "
+                 f"for {job.precision} (peak, GEMM efficiency, HBM bandwidth or memory); supply a measured chip file")
     try:
         r = solve(m, cl, job, base, memory_frac=max_memory_frac, time_limit_s=time_limit or 10.0,
                   recompute_pinned=recompute is not None)

@@ -100,7 +100,7 @@ def _tp_options(model: ModelSpec, g: GroupSpec) -> list[int]:
             and model.heads % t == 0 and model.kv_heads % t == 0 and model.ffn_hidden % t == 0]
 
 
-def _runs(g: GroupSpec, job: JobSpec) -> bool:
+def runs_on(g: GroupSpec, job: JobSpec) -> bool:
     """The group's chip has the numbers the cost model needs for this precision."""
     try:
         ChipRates.of(g.chip, job.precision)
@@ -158,7 +158,7 @@ def _search_group(model: ModelSpec, g: GroupSpec, job: JobSpec, memory_frac: flo
     from baige_plan.search.solver import search
     from baige_plan.search.space import Bounds
 
-    if not _runs(g, job):
+    if not runs_on(g, job):
         return []
     try:
         return list(search(model, ClusterSpec(name=g.name, groups=(g,)), job, Bounds(max_memory_frac=memory_frac),
@@ -193,7 +193,7 @@ def _templates(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: Strat
             found = _search_group(model, g, job, memory_frac, per_group_top, None)
         else:
             found = searched[g.name]
-        ranked = _group_plans(model, g, job, base, memory_frac, per_group_top, found) if _runs(g, job) else []
+        ranked = _group_plans(model, g, job, base, memory_frac, per_group_top, found) if runs_on(g, job) else []
         if ranked:
             standalone[g.name] = job.tokens / ranked[0][0]
         best[g.name] = [(tp, pp, dp, kn) for _, tp, pp, dp, kn in ranked]
@@ -205,7 +205,7 @@ def _templates(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: Strat
             for combo in product(*[best[g.name] for g in subset]):
                 temps.append(Template(tuple((dp, ((g.name, tp, pp),), kn)
                                             for g, (tp, pp, dp, kn) in zip(subset, combo, strict=True))))
-    groups = [g for g in cluster.groups if _runs(g, job)]
+    groups = [g for g in cluster.groups if runs_on(g, job)]
     orders = [groups] if len(groups) != 2 else [groups, groups[::-1]]
     tp_best = {g.name: (best[g.name][0][0] if best[g.name] else max(_tp_options(model, g) or [1]))
                for g in groups}
@@ -445,7 +445,7 @@ def standalone_throughputs(model: ModelSpec, cluster: ClusterSpec, job: JobSpec,
     out = {}
     for g in cluster.groups:
         best = 0.0
-        if _runs(g, job):
+        if runs_on(g, job):
             plans = searched[g.name] if searched is not None and g.name in searched else \
                 _search_group(model, g, job, memory_frac, 1, time_limit_s)
             if plans:
