@@ -28,22 +28,28 @@ class Catalog:
                 raise InputError("--catalog", "", f"{p!r} is not a directory")
         return cls(tuple(catalog_roots(extra)))
 
+    @staticmethod
+    def _dirs(root: Path, kind: str) -> list[Path]:
+        """A kind's folders under one root; chips/measured/ holds profiled chips (`baige-plan profile`)."""
+        return [root / kind] + ([root / kind / "measured"] if kind == "chips" else [])
+
     def find(self, kind: str, name: str) -> Path | None:
         for root in self.roots:
-            for ext in _EXTS:
-                p = root / kind / f"{name}{ext}"
-                if p.is_file():
-                    return p
+            for d in self._dirs(root, kind):
+                for ext in _EXTS:
+                    p = d / f"{name}{ext}"
+                    if p.is_file():
+                        return p
         return None
 
     def names(self, kind: str) -> list[str]:
         seen: dict[str, Path] = {}
         for root in self.roots:
-            d = root / kind
-            if d.is_dir():
-                for p in sorted(d.iterdir()):
-                    if p.suffix in _EXTS and p.stem not in seen:
-                        seen[p.stem] = p
+            for d in self._dirs(root, kind):
+                if d.is_dir():
+                    for p in sorted(d.iterdir()):
+                        if p.suffix in _EXTS and p.stem not in seen and not p.name.endswith(".raw.json"):
+                            seen[p.stem] = p
         return sorted(seen)
 
     # -- chips ---------------------------------------------------------------------------
