@@ -5,30 +5,38 @@ Model (one template; all times integers in TIME_UNIT_S, rounded up):
 
 Notation
     j ∈ J          pipeline shapes of the template; shape j has stages i = 0..S_j-1, stage i on
-                   group g(j,i) with tensor-parallel size tp(j,i), and r_j replicas (fixed by the
-                   template so that the devices fit: Σ_j r_j Σ_{i: g(j,i)=g} tp(j,i) ≤ D_g)
-    L              transformer layers; b micro-batch size; B global batch (sequences)
+                   group g(j,i) with tensor-parallel size tp(j,i), r_j replicas, micro-batch size
+                   b_j, interleaving v_j and its other knobs, all fixed by the template so that the
+                   devices fit: Σ_j r_j Σ_{i: g(j,i)=g} tp(j,i)·cp_j ≤ D_g
+    L, B           transformer layers; global batch (sequences); u_j = r_j·b_j sequences per step
+                   of one micro-batch of shape j
     a_ji, c_ji     per-layer and fixed time of stage (j,i) per micro-batch, read off the exact
                    cost model (stage_cost at 1 and 2 layers: it is affine in the layer count)
-    u_ji, k_ji     per-layer and fixed memory of stage (j,i) (states + in-flight activations)
+    u'_ji, k_ji    per-layer and fixed memory of stage (j,i) (states + in-flight activations)
     C_g            usable memory of group g's chip × max memory fraction
+    V_j            candidate micro-batch counts of shape j: the exact value B/u_j for a single
+                   shape, else a window of ±BATCH_WINDOW around the split proportional to each
+                   shape's speed at an even layer split
 Variables
-    x_ji ∈ {1..L}  layers of stage (j,i);  m_j ∈ {0..B/b} micro-batches per replica of shape j
-    τ_j ≥ 0        slowest stage time of shape j;  P_j = m_j · τ_j;  T ≥ 0 step time
+    y_ji ∈ {1..L/v_j}, x_ji = v_j·y_ji   layers of stage (j,i) (whole interleaving chunks)
+    z_jv ∈ {0,1}, v ∈ V_j                shape j runs v micro-batches per replica (Σ_v z_jv = 1)
+    τ_j ≥ 0                              slowest stage time of shape j;  T ≥ 0 step time
 Constraints
     Σ_i x_ji = L                          ∀j      (every layer exactly once per shape)
-    Σ_j r_j m_j b = B                             (the batch adds up)
-    u_ji x_ji + k_ji ≤ C_g(j,i)           ∀j,i    (memory per stage)
+    Σ_j Σ_v u_j·v·z_jv = B                        (the batch adds up)
+    u'_ji x_ji + k_ji ≤ C_g(j,i)          ∀j,i    (memory per stage)
     τ_j ≥ a_ji x_ji + c_ji                ∀j,i
-    T ≥ P_j + Σ_i (a_ji x_ji + c_ji) − τ_j   ∀j with m_j ≥ 1   (1F1B with unequal stages, SPEC §5)
-    m_j = 0 ⇒ shape j idle (its T bound is relaxed)
+    T ≥ (v − 1)·τ_j + Σ_i (a_ji x_ji + c_ji)   if z_jv, v ≥ 1   (1F1B with unequal stages, SPEC §5)
+    (v = 0: shape j idle, no bound)
 Objective
     minimise T
-Exposed DP/bridge gradient traffic and the optimizer step are not in the linear model; every
-solution is re-estimated with the exact cost model (cost/hetero.py), then polished by moving
-single layers between adjacent stages and single micro-batches between shapes while the exact
-step time improves. The search reports CP-SAT's status and the gap of the chosen template.
-Deterministic: one worker, fixed seed, a deterministic-time limit.
+The product m_j·τ_j is linearised by the indicator rows above (one per candidate v). Exposed
+DP/bridge gradient traffic and the optimizer step are not in the linear model; every solution is
+re-estimated with the exact cost model (cost/hetero.py), the best ones are polished by moving
+layers across stage boundaries and micro-batches between shapes while the exact step time
+improves, then ties are broken towards balanced splits. The search reports CP-SAT's status and
+the gap of the chosen template. Deterministic: one worker, fixed seed, a deterministic-time
+limit, a fixed evaluation budget for the polish.
 """
 
 from __future__ import annotations
