@@ -21,17 +21,25 @@ from baige_plan.search.solver import search  # noqa: E402
 from baige_plan.specs.job import JobSpec  # noqa: E402
 
 
-def _search(model: str, cluster: str, global_batch: int, seq_len: int, target_s: float, repeats: int = 3) -> dict:
+def _inputs(model: str, cluster: str, global_batch: int, seq_len: int):
     cat = Catalog.create()
-    m = cat.model(model)
     cl, _ = cat.cluster(cluster)
-    job = JobSpec(global_batch, seq_len)
+    return cat.model(model), cl, JobSpec(global_batch, seq_len)
+
+
+def _timed(run: Callable[[], object], repeats: int) -> tuple[object, float, float]:
+    """(last result, best seconds, worst seconds); the first (cold) run counts."""
     times, r = [], None
-    for _ in range(repeats):      # the first (cold) run counts: report the best and the worst
+    for _ in range(repeats):
         t0 = time.perf_counter()
-        r = search(m, cl, job)
+        r = run()
         times.append(time.perf_counter() - t0)
-    dt, worst = min(times), max(times)
+    return r, min(times), max(times)
+
+
+def _search(model: str, cluster: str, global_batch: int, seq_len: int, target_s: float, repeats: int = 3) -> dict:
+    m, cl, job = _inputs(model, cluster, global_batch, seq_len)
+    r, dt, worst = _timed(lambda: search(m, cl, job), repeats)
     s = r.best.strategy
     return {"seconds_best": round(dt, 3), "seconds_worst": round(worst, 3), "target_s": target_s,
             "meets_target": worst <= target_s, "candidates": r.candidates, "feasible": r.feasible,
@@ -53,19 +61,12 @@ def _hetero(model: str, cluster: str, global_batch: int, seq_len: int, target_s:
     from baige_plan.search.hetero import heterogeneous_efficiency, solve
     from baige_plan.specs.strategy import StrategySpec
 
-    cat = Catalog.create()
-    m = cat.model(model)
-    cl, _ = cat.cluster(cluster)
-    job = JobSpec(global_batch, seq_len)
-    times, r = [], None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        r = solve(m, cl, job, StrategySpec())
-        times.append(time.perf_counter() - t0)
+    m, cl, job = _inputs(model, cluster, global_batch, seq_len)
+    r, best, worst = _timed(lambda: solve(m, cl, job, StrategySpec()), repeats)
     shapes = "; ".join(f"{sh.replicas}x[" + " > ".join(f"{st.group} tp{st.tp} L{st.n_layers}" for st in sh.stages)
                        + f"] m{sh.micro_batches}" for sh in r.pipelines.shapes)
-    return {"seconds_best": round(min(times), 3), "seconds_worst": round(max(times), 3), "target_s": target_s,
-            "meets_target": max(times) <= target_s, "devices": cl.devices, "templates": r.templates,
+    return {"seconds_best": round(best, 3), "seconds_worst": round(worst, 3), "target_s": target_s,
+            "meets_target": worst <= target_s, "devices": cl.devices, "templates": r.templates,
             "status": r.status, "gap": round(r.gap, 4), "step_time_s": round(r.estimate.step_time_s, 3),
             "heterogeneous_efficiency": round(heterogeneous_efficiency(r.estimate.tokens_per_s, r.standalone), 4),
             "plan": shapes if len(shapes) < 400 else shapes[:400] + " ..."}
