@@ -38,7 +38,7 @@ def rnd(x: Any, digits: int = 6) -> Any:
 def strategy_dict(s: StrategySpec, global_batch: int) -> dict:
     d = {"tp": s.tp, "pp": s.pp, "dp": s.dp, "cp": s.cp, "ep": s.ep, "zero": s.zero, "micro_batch": s.micro_batch,
          "global_batch": global_batch, "vpp": s.vpp, "recompute": s.recompute,
-         "sequence_parallel": bool(s.sequence_parallel), "etp": s.etp, "attention": s.attention}
+         "sequence_parallel": bool(s.sequence_parallel), "etp": s.etp, "attention": s.attention, "runtime": s.runtime}
     if s.execution != "fused":
         d["execution"] = s.execution
     if s.first_stage_layers is not None:

@@ -43,6 +43,7 @@ class StrategySpec:
     tp_comm_overlap: bool = False           # Transformer Engine userbuffers: TP collectives overlap the GEMMs
     zero3_impl: str = "fsdp"                # ZeRO-3 collectives: fsdp (one per layer, NCCL hierarchical rings)
                                             # | deepspeed (one per weight, flat over the DP world; Narayanan 2021)
+    runtime: str = "megatron"               # baige_plan/runtimes/: whose execution semantics the cost follows
 
     def __post_init__(self) -> None:
         for k in ("tp", "pp", "dp", "cp", "ep", "etp", "micro_batch", "vpp"):

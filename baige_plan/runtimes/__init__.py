@@ -1,0 +1,28 @@
+"""The runtimes a plan can target, one module each (its space, execution semantics, export and pinned
+version). Adding a runtime is adding a module here and a line in `_MODULES`.
+
+DEFAULT is Megatron-LM/Megatron-core (see runtimes/megatron.py for why); plans on clusters of several
+chip groups default to FlagScale, the heterogeneous runtime (runtimes/flagscale.py).
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from types import ModuleType
+
+from baige_plan.errors import SpecError
+from baige_plan.specs.runtime import RuntimeSpec
+
+NAMES = ("megatron", "deepspeed", "torchtitan", "paddle", "flagscale")
+DEFAULT = "megatron"
+DEFAULT_HETEROGENEOUS = "flagscale"
+
+
+def module(name: str) -> ModuleType:
+    if name not in NAMES:
+        raise SpecError("runtime", f"unknown runtime {name!r} (one of {', '.join(NAMES)})")
+    return import_module(f"baige_plan.runtimes.{name}")
+
+
+def get(name: str) -> RuntimeSpec:
+    return module(name).RUNTIME
