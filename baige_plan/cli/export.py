@@ -1,4 +1,4 @@
-"""`baige-plan export PLAN --to ...`: launch arguments/configs for training frameworks."""
+"""`baige-plan export PLAN --to RUNTIME [--out-dir DIR]`: the runtime's launch files for a plan."""
 
 from __future__ import annotations
 
@@ -7,30 +7,35 @@ from pathlib import Path
 
 import typer
 
-from baige_plan.cli.common import CatalogOpt, fail_input, note
+from baige_plan.cli.common import CatalogOpt, fail_input, note, write_atomic
+from baige_plan.runtimes import NAMES
 
-
-class Target(str, Enum):
-    megatron = "megatron"
-    deepspeed = "deepspeed"
-    torchtitan = "torchtitan"
-    paddle = "paddle"
-    hostfile = "hostfile"
+Target = Enum("Target", {n: n for n in NAMES + ("hostfile",)}, type=str)
 
 
 def export(plan: Path = typer.Argument(..., help="A plan file."),
-           to: Target = typer.Option(..., "--to", help="Target framework."),
+           to: Target = typer.Option(None, "--to", help="Target runtime [default: the plan's runtime]."),
+           out_dir: Path = typer.Option(None, "--out-dir", help="Write every launch file (config, arguments, "
+                                        "launch script, hostfile) into this folder."),
            catalog: list[str] = CatalogOpt) -> None:
-    """Print the plan as the target framework's arguments or config; what it cannot express is said
-    on stderr (and as a comment where the format has comments)."""
+    """Print the plan as the target runtime's arguments or config (the first launch file); what it cannot
+    express is said on stderr (and as a comment where the format has comments)."""
     from baige_plan.errors import InputError
-    from baige_plan.io.exports import export_plan
+    from baige_plan.io.exports import export_plan, write_export
     from baige_plan.io.plans import read_plan
 
     try:
-        text, caveats = export_plan(read_plan(plan), to.value)
-    except InputError as ex:
-        fail_input(ex)
-    for c in caveats:
-        note(f"{to.value}: {c}")
-    typer.echo(text, nl=False)
+        doc = read_plan(plan)
+        target = to.value if to is not None else (doc.get("strategy") or {}).get("runtime", "megatron")
+        planned = (doc.get("strategy") or {}).get("runtime")
+        if planned and target not in (planned, "hostfile"):
+            note(f"the plan was searched and costed for runtime {planned!r}; exporting it to {target!r}")
+        ex = export_plan(doc, target)
+        if out_dir is not None:
+            for p in write_export(ex, out_dir, write_atomic):
+                note(f"wrote {p}")
+    except InputError as e:
+        fail_input(e)
+    for c in ex.caveats:
+        note(f"{target}: {c}")
+    typer.echo(ex.files[0].text, nl=False)
