@@ -29,7 +29,7 @@ def test_top_plan_not_slower_than_published(i):
     pub = estimate(c.model, c.cluster, c.job, c.strategy, 1.0)
     assert pub.fits, c.id
     bounds = Bounds(max_tp=max(g.devices_per_node, c.strategy.tp), max_memory_frac=1.0,
-                    max_micro_batch=max(16, c.strategy.micro_batch))
+                    max_micro_batch=max(16, c.strategy.micro_batch), runtime=c.strategy.runtime)
     pins = Pins(attention=c.strategy.attention)
     r = search(c.model, c.cluster, c.job, bounds, pins)
     assert r.best is not None and r.best.step_time_s <= pub.step_time_s * (1 + 1e-12), c.id

@@ -11,6 +11,7 @@ from pathlib import Path
 import typer
 
 from baige_plan.errors import InputError, SpecError
+from baige_plan.runtimes import NAMES as RUNTIME_NAMES
 
 CatalogOpt = typer.Option(None, "--catalog", help="Extra catalog folder (chips/, models/, topologies/); repeatable. "
                           "Also BAIGE_PLAN_CATALOG.")
@@ -33,6 +34,14 @@ class Precision(str, Enum):
     fp16 = "fp16"
     fp8 = "fp8"
     fp32 = "fp32"
+
+
+Runtime = Enum("Runtime", {n: n for n in RUNTIME_NAMES}, type=str)
+
+RuntimeOpt = typer.Option(None, "--runtime", "--framework",
+                          help="Runtime the plan targets: " + ", ".join(RUNTIME_NAMES) + ". The search keeps to "
+                          "what it runs and the cost follows how it executes (when gradients are reduced, what "
+                          "overlaps). [default: megatron; flagscale on clusters of several chip groups]")
 
 
 class Execution(str, Enum):

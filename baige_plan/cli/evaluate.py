@@ -13,9 +13,12 @@ from baige_plan.cli.common import (
     Fmt,
     Precision,
     Recompute,
+    Runtime,
+    RuntimeOpt,
     fail_input,
     note,
 )
+from baige_plan.cli.runtime_opts import pick_runtime
 from baige_plan.cost.estimate import estimate
 from baige_plan.errors import InputError, SpecError
 from baige_plan.io.catalog import Catalog
@@ -47,8 +50,10 @@ def evaluate(
                                            help="[default: on when tp > 1]"),
     attention: Attention = typer.Option(Attention.flash, "--attention",
                                         help="flash (fused kernels) or standard (materialised scores, 2021-era)."),
-    execution: Execution = typer.Option(Execution.fused, "--execution",
-                                        help="fused (Megatron/TE kernels) or eager (PyTorch eager + autocast)."),
+    execution: Execution = typer.Option(None, "--execution",
+                                        help="fused (Megatron/TE kernels) or eager (PyTorch eager + autocast) "
+                                        "[default: the runtime's]."),
+    runtime: Runtime = RuntimeOpt,
     first_stage_layers: int = typer.Option(None, "--first-stage-layers", help="Uneven pipeline split."),
     last_stage_layers: int = typer.Option(None, "--last-stage-layers", help="Uneven pipeline split."),
     max_memory_frac: float = typer.Option(1.0, "--max-memory-frac", help="Fraction of device memory allowed."),
@@ -77,8 +82,10 @@ def evaluate(
         job = JobSpec(global_batch=global_batch, seq_len=seq_len or m.seq_len, precision=precision.value)
         s = StrategySpec(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, zero=zero, micro_batch=micro_batch, vpp=vpp,
                          recompute=recompute.value, sequence_parallel=sequence_parallel, attention=attention.value,
-                         first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
-                         execution=execution.value)
+                         first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers)
+        s = pick_runtime(s, m, job, runtime)
+        if execution is not None:
+            s = s.with_(execution=execution.value)
         if not 0 < max_memory_frac <= 1:
             raise SpecError("--max-memory-frac", f"must be in (0, 1], got {max_memory_frac}")
         e = estimate(m, cl, job, s, memory_frac=max_memory_frac)

@@ -13,11 +13,14 @@ from baige_plan.cli.common import (
     Fmt,
     Precision,
     Recompute,
+    Runtime,
+    RuntimeOpt,
     err,
     fail_input,
     note,
     write_atomic,
 )
+from baige_plan.cli.runtime_opts import check_pins_runtime, resolve_runtime
 from baige_plan.errors import InputError, SpecError
 from baige_plan.io.catalog import Catalog
 from baige_plan.specs.job import JobSpec
@@ -27,18 +30,6 @@ RUNNERS_UP = 4   # runners-up stored in a plan file for `explain`
 
 class Objective(str, Enum):
     throughput = "throughput"
-
-
-class Framework(str, Enum):
-    any = "any"
-    megatron = "megatron"
-    deepspeed = "deepspeed"
-    torchtitan = "torchtitan"
-
-
-# ZeRO stages each framework runs: Megatron-LM's distributed optimizer is ZeRO-1 (it keeps a full
-# gradient buffer); torchtitan is DDP or FSDP2 (ZeRO-3); DeepSpeed has all of them.
-FRAMEWORK_ZERO = {"any": (0, 1, 2, 3), "megatron": (0, 1), "deepspeed": (0, 1, 2, 3), "torchtitan": (0, 3)}
 
 
 def plan(
@@ -58,8 +49,7 @@ def plan(
     max_micro_batch: int = typer.Option(16, "--max-micro-batch"),
     max_memory_frac: float = typer.Option(0.9, "--max-memory-frac", help="Fraction of device memory a plan may use."),
     objective: Objective = typer.Option(Objective.throughput, "--objective"),
-    framework: Framework = typer.Option(Framework.any, "--framework",
-                                        help="Search only what this framework can run (e.g. megatron: ZeRO 0/1)."),
+    runtime: Runtime = RuntimeOpt,
     tp: int = typer.Option(None, "--tp", help="Pin tensor parallel size."),
     pp: int = typer.Option(None, "--pp"),
     dp: int = typer.Option(None, "--dp"),
@@ -90,6 +80,9 @@ def plan(
             global_batch = cl.devices
             note(f"--global-batch not given: using one sequence per device = {global_batch}")
         job = JobSpec(global_batch=global_batch, seq_len=seq_len or m.seq_len, precision=precision.value)
+        rt_name = resolve_runtime(runtime, cl.is_heterogeneous)
+        check_pins_runtime(rt_name, job, zero=zero, vpp=vpp, cp=cp, ep=ep, etp=etp, pp=pp,
+                           recompute=recompute.value if recompute else None, sequence_parallel=sequence_parallel, tp=tp)
         if cl.is_heterogeneous:
             pinned = {k: v for k, v in (("--tp", tp), ("--pp", pp), ("--dp", dp), ("--cp", cp), ("--ep", ep),
                                           ("--etp", etp), ("--vpp", vpp)) if v is not None}
@@ -99,10 +92,10 @@ def plan(
             from baige_plan.cli.plan_hetero import plan_hetero
             plan_hetero(cat, m, cl, job, micro_batch=micro_batch, zero=zero, recompute=recompute,
                         sequence_parallel=sequence_parallel, attention=attention.value,
-                        max_memory_frac=max_memory_frac, time_limit=time_limit, out=out, fmt=fmt)
+                        max_memory_frac=max_memory_frac, time_limit=time_limit, out=out, fmt=fmt, runtime=rt_name)
             return
         bounds = Bounds(max_tp=max_tp, max_pp=max_pp, max_cp=max_cp, max_micro_batch=max_micro_batch,
-                        max_memory_frac=max_memory_frac, zero_stages=FRAMEWORK_ZERO[framework.value])
+                        max_memory_frac=max_memory_frac, runtime=rt_name)
         pins = Pins(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, zero=zero, micro_batch=micro_batch, vpp=vpp,
                     recompute=recompute.value if recompute else None, sequence_parallel=sequence_parallel,
                     attention=attention.value)
@@ -117,7 +110,7 @@ def plan(
         fail_input(ex)
     except SpecError as ex:
         fail_input(ex, "plan")
-    note(f"searched {res.candidates:,} candidates ({res.feasible:,} fit in memory, {res.evaluated:,} fully "
+    note(f"runtime {rt_name}: searched {res.candidates:,} candidates ({res.feasible:,} fit in memory, {res.evaluated:,} fully "
          f"estimated) in {res.seconds:.2f} s: {res.status}"
          + (f", gap {res.gap:.2%}" if res.gap else ""))
     if not res.plans:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from baige_plan import runtimes
 from baige_plan.cli.common import Fmt, Recompute, err, fail_input, note, write_atomic
 from baige_plan.errors import InputError, SpecError
 from baige_plan.specs.job import JobSpec
@@ -16,7 +17,7 @@ from baige_plan.specs.topology import ClusterSpec
 
 def plan_hetero(cat, m: ModelSpec, cl: ClusterSpec, job: JobSpec, *, micro_batch: int | None, zero: int | None,
                 recompute: Recompute | None, sequence_parallel: bool | None, attention: str, max_memory_frac: float,
-                time_limit: float | None, out: Path | None, fmt: Fmt) -> None:
+                time_limit: float | None, out: Path | None, fmt: Fmt, runtime: str = "flagscale") -> None:
     from baige_plan.io.hetero_plans import hetero_plan_doc, hetero_plans_doc
     from baige_plan.io.plans import chip_docs_from_catalog, dumps, format_for
     from baige_plan.io.render_plans import hetero_tables, print_tables
@@ -24,7 +25,8 @@ def plan_hetero(cat, m: ModelSpec, cl: ClusterSpec, job: JobSpec, *, micro_batch
 
     base = StrategySpec(micro_batch=micro_batch or 1, zero=1 if zero is None else zero,
                         recompute=recompute.value if recompute else "selective",
-                        sequence_parallel=True if sequence_parallel is None else sequence_parallel, attention=attention)
+                        sequence_parallel=True if sequence_parallel is None else sequence_parallel, attention=attention,
+                        **runtimes.knobs(runtime))
     for g in cl.groups:
         if not runs_on(g, job):
             note(f"group {g.name!r} ({g.chip.id}) is left out: its chip file lacks a figure the cost model needs "

@@ -13,8 +13,9 @@ Step:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from baige_plan import runtimes
 from baige_plan.cost import collectives as C
 from baige_plan.cost.compute import ChipRates, gemm_time_s, layer_memory_bytes
 from baige_plan.cost.execution import EAGER, FUSED_LOSS_BYTES_PER_LOGIT, eager_host_s
@@ -329,12 +330,18 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
         w_b, g_b, k_b = _eager_states(s.zero, dp_dense)
         we_b, ge_b, ke_b = _eager_states(s.zero, s.edp)
     else:
-        w_b, g_b, k_b = model_state_bytes_per_param(s.zero, dp_dense, 2, GRAD_BYTES)
-        we_b, ge_b, ke_b = model_state_bytes_per_param(s.zero, s.edp, 2, GRAD_BYTES)
+        gbytes = runtimes.get(s.runtime).grad_bytes
+        w_b, g_b, k_b = model_state_bytes_per_param(s.zero, dp_dense, 2, gbytes)
+        we_b, ge_b, ke_b = model_state_bytes_per_param(s.zero, s.edp, 2, gbytes)
     weights = dense_p * w_b + expert_p * we_b
     grads = dense_p * g_b + expert_p * ge_b
     optim = dense_p * k_b + expert_p * ke_b
-    if s.zero >= 3:
+    if s.zero >= 3 and runtimes.get(s.runtime).zero3_gather(s.pp) == "step":
+        # pipelining + FSDP2 keeps the stage unsharded through the step: 16-bit parameters and
+        # gradients of every layer of the stage (torch.distributed.pipelining backward_maybe_with_nosync)
+        weights += 2 * (dense_p + expert_p)
+        grads += 2 * (dense_p + expert_p)
+    elif s.zero >= 3:
         # gathered 16-bit weights live at once: the matrix in use + the prefetched one
         layer_full = max(dense_p + expert_p - emb_p, 0.0) / max(n_layers, 1)
         weights += 2 * 2 * layer_full / zero3_collectives_per_layer(s)
@@ -362,50 +369,99 @@ def _eager_states(zero: int, shards: int) -> tuple[float, float, float]:
     return 6.0, 4.0, 8.0
 
 
-def dp_sync_s(st: StageCost, group: GroupSpec, s: StrategySpec, job: JobSpec, m: int) -> tuple[float, float]:
-    """(total DP/ZeRO communication per step, overlap window) for one stage. The window is the
-    compute that bucketed gradient traffic can hide under (see `dp_exposed_s`)."""
+@dataclass(frozen=True)
+class DpTraffic:
+    """One stage's data-parallel / ZeRO traffic per step, as its runtime runs it (specs/runtime.py).
+
+    grads_s: one gradient reduction (all-reduce, or reduce-scatter under ZeRO >= 1) of the stage;
+    reductions: 1 (accumulate, reduce once per step) or m (reduce after every micro-batch: DeepSpeed
+    ZeRO-2, FSDP2 without no_sync); grad_window_s: compute one reduction hides under (bucketed,
+    launched as backward produces gradients: the backward of the micro-batch it follows, less the last
+    bucket), 0 when the runtime issues it after the backward / pipeline flush; params_s: the 16-bit
+    parameter all-gather of ZeRO >= 1, hidden under param_window_s (the next forward with Megatron's
+    overlap_param_gather, 0 when gathered right after the optimizer step); last_bucket: the share of a
+    reduction that cannot overlap (the last bucket: one layer of gradients); zero3_s: ZeRO-3 gathers
+    and reduce-scatters issued per micro-batch (their own overlap model, `zero3_compute_s`);
+    extra_s: once-per-step traffic callers add (cross-shape sync), in the last reduction's window.
+    """
+
+    grads_s: float = 0.0
+    reductions: int = 1
+    grad_window_s: float = 0.0
+    params_s: float = 0.0
+    param_window_s: float = 0.0
+    last_bucket: float = 1.0
+    zero3_s: float = 0.0
+    zero3_compute_s: float = 0.0
+    extra_s: float = 0.0
+
+    @property
+    def total_s(self) -> float:
+        return self.reductions * self.grads_s + self.params_s + self.zero3_s + self.extra_s
+
+    @property
+    def exposed_s(self) -> float:
+        """Exposed seconds. A reduction overlapped with backward exposes max(last bucket, what
+        exceeds its window); one issued after the backward exposes all of it. ZeRO-3 per-micro-batch
+        gathers overlap the whole step's compute C partially: max(C, M) + (1 - ZERO3_OVERLAP)
+        min(C, M) - C."""
+        def over(x: float) -> float:
+            return max(x * self.last_bucket, x - self.grad_window_s) if self.grad_window_s > 0 else x
+        g = (self.reductions - 1) * over(self.grads_s) + over(self.grads_s + self.extra_s) if self.reductions \
+            else over(self.extra_s)
+        p = max(0.0, self.params_s - self.param_window_s)
+        z = 0.0
+        if self.zero3_s > 0:
+            c, m = self.zero3_compute_s, self.zero3_s
+            z = max(c, m) + (1 - ZERO3_OVERLAP) * min(c, m) - c
+        return g + p + z
+
+    def plus(self, extra_s: float) -> DpTraffic:
+        return replace(self, extra_s=self.extra_s + extra_s)
+
+
+def dp_traffic(st: StageCost, group: GroupSpec, s: StrategySpec, job: JobSpec, m: int) -> DpTraffic:
+    """DP/ZeRO traffic of one stage per step, with the runtime's schedule of it (runtimes/NAME.py):
+    when gradients are reduced (once per step or per micro-batch), what they overlap, and when ZeRO's
+    parameter all-gather runs."""
+    rt = runtimes.get(s.runtime)
     dpn = group.devices_per_node
     dp_n = s.dp * s.cp
     link = C.group_link(group, dp_n, _placement_per_node(dpn, s.tp, dp_n))
     edp_link = C.group_link(group, s.edp, _placement_per_node(dpn, s.tp * s.cp * s.ep * s.etp // max(s.tp, 1), s.edp))
     dense, expert = st.dense_params, st.expert_params
+    n_layers = max(1, st.layers[1] - st.layers[0])
     if s.zero >= 3:
-        # ZeRO-3 / FSDP: per micro-batch, gather 16-bit weights for forward and for backward
-        # (recomputation reuses the backward gather) and reduce-scatter 16-bit gradients. FSDP
-        # issues one collective per layer over NCCL's hierarchical rings (group_link); DeepSpeed
-        # ZeRO-3 one per weight matrix, which across nodes ran as a flat ring at per-device NIC
-        # rate (Narayanan 2021 Table 2, see COST_MODEL.md).
-        n_layers = st.layers[1] - st.layers[0]
+        # ZeRO-3 / FSDP: gather 16-bit weights for forward and for backward (recomputation reuses the
+        # backward gather) and reduce-scatter 16-bit gradients. FSDP issues one collective per layer
+        # over NCCL's hierarchical rings (group_link); DeepSpeed ZeRO-3 one per weight matrix, which
+        # across nodes ran as a flat ring at per-device NIC rate (Narayanan 2021 Table 2, COST_MODEL.md).
         nodes = -(-dp_n // max(1, _placement_per_node(dpn, s.tp, dp_n)))
         z_link = C.flat_ring_link(group, dp_n) if nodes > 1 and s.zero3_impl == "deepspeed" else link
         size = (dense + expert) * 2
+        if rt.zero3_gather(s.pp) == "step":
+            # pipelining + FSDP2: one gather before the first forward, one reduce-scatter in the last
+            # backward; the stage's parameters stay unsharded in between
+            return DpTraffic(grads_s=C.reduce_scatter_s(size, z_link), grad_window_s=st.bwd_s * (1 - 1 / n_layers),
+                             params_s=C.all_gather_s(size, z_link), param_window_s=st.fwd_s,
+                             last_bucket=1 / n_layers)
         per_mb = 3 * C.all_gather_s(size, z_link)
         per_mb += 3 * max(0, n_layers * zero3_collectives_per_layer(s) - 1) * z_link.alpha_s
-        total = per_mb * m
-        return total, 0.0
+        return DpTraffic(reductions=0, zero3_s=per_mb * m, zero3_compute_s=m * st.time_s)
+    sync = rt.grad_sync(s.zero, s.pp)
+    gb = rt.grad_bytes
     if s.zero == 0:
-        t = C.all_reduce_s(dense * GRAD_BYTES, link) + C.all_reduce_s(expert * GRAD_BYTES, edp_link)
+        grads = C.all_reduce_s(dense * gb, link) + C.all_reduce_s(expert * gb, edp_link)
+        params = 0.0
     else:
-        # distributed optimizer: reduce-scatter fp32 grads, all-gather 16-bit params
-        t = (C.reduce_scatter_s(dense * GRAD_BYTES, link) + C.all_gather_s(dense * 2, link)
-             + C.reduce_scatter_s(expert * GRAD_BYTES, edp_link) + C.all_gather_s(expert * 2, edp_link))
-    if not s.overlap_grad_reduce:
-        return t, 0.0
-    # Bucketed reduction starts as the last micro-batch's backward produces gradients; the last
-    # bucket (~1 layer) cannot overlap. The param all-gather overlaps the next step's forward.
-    n_layers = max(1, st.layers[1] - st.layers[0])
-    return t, st.bwd_s * (1 - 1 / n_layers) + (st.fwd_s if s.zero >= 1 else 0.0)
-
-
-def dp_exposed_s(total: float, window: float, st: StageCost, s: StrategySpec, m: int) -> float:
-    """Exposed part of a stage's DP/ZeRO traffic. ZeRO-3 gathers overlap the whole step's compute
-    C = m * t partially: max(C, M) + (1 - ZERO3_OVERLAP) min(C, M) - C; bucketed gradient
-    reduction hides under its window."""
-    if s.zero >= 3:
-        comp = m * st.time_s
-        return max(comp, total) + (1 - ZERO3_OVERLAP) * min(comp, total) - comp
-    return total - min(total, window)
+        # distributed optimizer / ZeRO-1,2: reduce-scatter gradients, all-gather 16-bit params
+        grads = C.reduce_scatter_s(dense * gb, link) + C.reduce_scatter_s(expert * gb, edp_link)
+        params = C.all_gather_s(dense * 2, link) + C.all_gather_s(expert * 2, edp_link)
+    overlapped = sync.overlap == "backward" and s.overlap_grad_reduce
+    return DpTraffic(grads_s=grads, reductions=m if sync.grads == "micro_batch" else 1,
+                     grad_window_s=st.bwd_s * (1 - 1 / n_layers) if overlapped else 0.0,
+                     params_s=params, param_window_s=st.fwd_s if sync.params == "next_forward" else 0.0,
+                     last_bucket=1 / n_layers)
 
 
 def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, s: StrategySpec,
@@ -432,10 +488,9 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, s: StrategySp
 
     dp_total = dp_exposed = 0.0
     for st in stages:
-        tot, window = dp_sync_s(st, group, s, job, m)
-        exposed = dp_exposed_s(tot, window, st, s, m)
-        if exposed >= dp_exposed:
-            dp_exposed, dp_total = exposed, tot
+        traffic = dp_traffic(st, group, s, job, m)
+        if traffic.exposed_s >= dp_exposed:
+            dp_exposed, dp_total = traffic.exposed_s, traffic.total_s
     # Optimizer step: memory-bound Adam over the locally owned (ZeRO-sharded) parameters.
     r = ChipRates.of(group.chip, job.precision)
     opt_s = 0.0

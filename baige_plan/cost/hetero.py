@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
+from baige_plan import runtimes
 from baige_plan.cost import collectives as C
 from baige_plan.cost.compute import ChipRates
 from baige_plan.cost.estimate import (
@@ -26,8 +27,7 @@ from baige_plan.cost.estimate import (
     Estimate,
     StageCost,
     _bottleneck,
-    dp_exposed_s,
-    dp_sync_s,
+    dp_traffic,
     stage_cost,
 )
 from baige_plan.cost.flops import megatron_model_flops
@@ -55,7 +55,7 @@ def _stage_strategy(p: PipelinesSpec, sh: PipelineShape, st: StageSpec) -> Strat
     return StrategySpec(tp=st.tp, pp=len(sh.stages), dp=sh.replicas, cp=k(sh, "cp"), ep=k(sh, "ep"), etp=k(sh, "etp"),
                         micro_batch=k(sh, "micro_batch"), zero=k(sh, "zero"), vpp=k(sh, "vpp"),
                         recompute=k(sh, "recompute"), sequence_parallel=bool(k(sh, "sequence_parallel")) and st.tp > 1,
-                        attention=p.attention)
+                        attention=p.attention, **runtimes.knobs(p.runtime))
 
 
 def _p2p_links(cluster: ClusterSpec, sh: PipelineShape, i: int) -> tuple[C.Link | None, C.Link | None]:
@@ -118,11 +118,11 @@ def estimate_pipelines(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: 
             g = cluster.group(st.group)
             dkey = ("dp", g.name, s, c, sh.micro_batches)
             if cache is not None and dkey in cache:
-                tot, window = cache[dkey]
+                traffic = cache[dkey]
             else:
-                tot, window = dp_sync_s(c, g, s, job, sh.micro_batches)
+                traffic = dp_traffic(c, g, s, job, sh.micro_batches)
                 if cache is not None:
-                    cache[dkey] = (tot, window)
+                    cache[dkey] = traffic
             # cross-shape sync of this stage's layers (hierarchical: shards after the intra reduce)
             other_groups = sorted({og for o, spans in stage_spans if o is not sh
                                    for og in _overlapping_groups(spans, st.layers)})
@@ -133,11 +133,11 @@ def estimate_pipelines(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: 
                 links = [(path_link(cluster, g, cluster.group(og), on_node), og) for og in other_groups]
                 slow, og = min(links, key=lambda lk: (lk[0].busbw_GBps, lk[1]))
                 cross = C.all_reduce_s(shard, C.Link(slow.busbw_GBps, k, slow.alpha_s, slow.crosses))
-                tot += cross
+                traffic = traffic.plus(cross)
                 if slow.crosses == "bridge":
                     key = tuple(sorted((g.name, og))) + ("dp-gradients",)
                     bridge_traffic[key] = max(bridge_traffic.get(key, 0.0), cross)
-            dp_exposed = max(dp_exposed, dp_exposed_s(tot, window, c, s, sh.micro_batches))
+            dp_exposed = max(dp_exposed, traffic.exposed_s)
         for i in range(len(sh.stages) - 1):
             a, b = cluster.group(sh.stages[i].group), cluster.group(sh.stages[i + 1].group)
             if a.family != b.family:
@@ -190,7 +190,7 @@ def estimate_pipelines(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: 
     summary = StrategySpec(tp=max(st.tp for st in first.stages), pp=len(first.stages),
                            dp=sum(s_.replicas for s_ in p.shapes), micro_batch=p.micro_batch, zero=p.zero,
                            recompute=p.recompute, sequence_parallel=p.sequence_parallel and
-                           any(st.tp > 1 for st in first.stages), attention=p.attention)
+                           any(st.tp > 1 for st in first.stages), attention=p.attention, **runtimes.knobs(p.runtime))
     return Estimate(strategy=summary, global_batch=job.global_batch, fits=fits, step_time_s=step,
                     tokens_per_s=tokens / step, tokens_per_s_per_device=tokens / step / devices,
                     model_tflops_per_device=mflops / step / devices / 1e12, mfu=mflops / (step * peak_sum),

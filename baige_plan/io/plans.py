@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from baige_plan import __version__
+from baige_plan import __version__, runtimes
 from baige_plan.cost.estimate import Estimate, estimate
 from baige_plan.errors import InputError, SpecError
 from baige_plan.io.models import model_from_dict, model_to_dict
@@ -170,13 +170,14 @@ def plan_inputs(doc: dict, src: str) -> tuple[ModelSpec, ClusterSpec, JobSpec]:
 
 _STRAT_KEYS = {"tp", "pp", "dp", "cp", "ep", "zero", "micro_batch", "global_batch", "vpp", "recompute",
                "sequence_parallel"}
-_STRAT_OPT = {"etp", "attention", "first_stage_layers", "last_stage_layers", "execution"}
+_STRAT_OPT = {"etp", "attention", "first_stage_layers", "last_stage_layers", "execution", "runtime"}
 _KNOBS = {"micro_batch", "cp", "ep", "etp", "zero", "vpp", "recompute", "sequence_parallel"}
 
 
 def _strategy(d: dict, **over) -> StrategySpec:
     kw = {k: d[k] for k in ("tp", "pp", "dp", "cp", "ep", "zero", "micro_batch", "vpp", "recompute",
                             "sequence_parallel")}
+    kw.update(runtimes.knobs(d.get("runtime") or runtimes.DEFAULT))
     for k in _STRAT_OPT:
         if d.get(k) is not None:
             kw[k] = d[k]
@@ -274,7 +275,8 @@ def _pipelines_spec(sd: dict, pipes: list, src: str):
                                                  for s in p["stages"])))
     shapes = tuple(shapes)
     return PipelinesSpec(shapes=shapes, micro_batch=sd["micro_batch"], zero=sd["zero"], recompute=sd["recompute"],
-                         sequence_parallel=bool(sd["sequence_parallel"]), attention=sd.get("attention", "flash"))
+                         sequence_parallel=bool(sd["sequence_parallel"]), attention=sd.get("attention", "flash"),
+                         runtime=sd.get("runtime") or runtimes.DEFAULT_HETEROGENEOUS)
 
 
 def estimate_plan(doc: dict, src: str) -> tuple[Estimate, ModelSpec, ClusterSpec, JobSpec]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from baige_plan import runtimes
 from baige_plan.errors import InputError, SpecError
 from baige_plan.io.catalog import Catalog
 from baige_plan.io.yamlio import read_document
@@ -99,6 +100,21 @@ def _execution(framework) -> str:
     return "fused"
 
 
+def runtime_of(framework, sharding) -> str:
+    """The runtime (baige_plan/runtimes/) a measured run executed on, from its framework text."""
+    t = f"{framework or ''} {sharding or ''}".lower()
+    if "deepspeed" in t:
+        return "deepspeed"
+    if "torchtitan" in t:
+        return "torchtitan"
+    if "paddle" in t:
+        return "paddle"
+    if t.strip().startswith("pytorch") or "harness" in t:
+        return "pytorch"
+    # Megatron-LM, NeMo, Megatron-Bridge; other in-house stacks are costed as Megatron (stated per row)
+    return "megatron"
+
+
 def balanced_split(layers: int, pp: int) -> tuple[int | None, int | None]:
     """Uneven split when layers % pp != 0: as Megatron-DeepSpeed's `type:transformer|embedding`
     partitioning (the embedding and the output layer each count as one layer), else None."""
@@ -160,8 +176,8 @@ def case_from_row(row: dict, catalog: Catalog, src: str) -> RunCase:
         # NeMo / Megatron-Bridge performance recipes run TE userbuffer TP-communication overlap
         fw = str(par.get("framework", "")).lower()
         tp_overlap = bool(par.get("tp_comm_overlap", "nemo" in fw or "megatron-bridge" in fw))
-        zero3_impl = "deepspeed" if "deepspeed" in (str(par.get("zero_or_sharding", "")) + " "
-                                                  + str(par.get("framework", ""))).lower() else "fsdp"
+        runtime = runtime_of(par.get("framework"), par.get("zero_or_sharding"))
+        zero3_impl = runtimes.get(runtime).zero3_impl
         if not par.get("execution"):
             notes.append(f"execution {execution} (framework {par.get('framework')!r})")
         sp = par.get("sequence_parallel")
@@ -171,7 +187,8 @@ def case_from_row(row: dict, catalog: Catalog, src: str) -> RunCase:
                                 recompute=_recompute(par.get("recompute")),
                                 sequence_parallel=bool(sp) if sp is not None else False,
                                 attention=attention, first_stage_layers=first, last_stage_layers=last,
-                                execution=execution, zero3_impl=zero3_impl, tp_comm_overlap=tp_overlap)
+                                execution=execution, zero3_impl=zero3_impl, tp_comm_overlap=tp_overlap,
+                                runtime=runtime)
         job = JobSpec(global_batch=int(par["global_batch_seqs"]), seq_len=int(md.get("seq_len", 2048)),
                       precision=_precision(par.get("precision")))
     except SpecError as e:

@@ -13,16 +13,24 @@ from types import ModuleType
 from baige_plan.errors import SpecError
 from baige_plan.specs.runtime import RuntimeSpec
 
-NAMES = ("megatron", "deepspeed", "torchtitan", "paddle", "flagscale")
+NAMES = ("megatron", "deepspeed", "torchtitan", "paddle", "flagscale")   # what `plan` offers
+BACKTEST_ONLY = ("pytorch",)   # benchmarks/real/harness.py loops: costs our measured runs, never planned
 DEFAULT = "megatron"
 DEFAULT_HETEROGENEOUS = "flagscale"
 
 
 def module(name: str) -> ModuleType:
-    if name not in NAMES:
+    if name not in NAMES + BACKTEST_ONLY:
         raise SpecError("runtime", f"unknown runtime {name!r} (one of {', '.join(NAMES)})")
     return import_module(f"baige_plan.runtimes.{name}")
 
 
 def get(name: str) -> RuntimeSpec:
     return module(name).RUNTIME
+
+
+def knobs(name: str) -> dict:
+    """StrategySpec fields a runtime sets: whose semantics the cost follows and how it executes."""
+    rt = get(name)
+    return {"runtime": name, "execution": rt.execution, "zero3_impl": rt.zero3_impl,
+            "tp_comm_overlap": rt.tp_comm_overlap}

@@ -5,37 +5,87 @@ NeMo and Megatron-Bridge performance recipes) ran it, and it is the one open run
 every dimension the planner searches (TP+SP, PP with interleaving and uneven first/last stages, CP,
 EP/ETP, distributed optimizer).
 
-Space (megatron/training/arguments.py validate_args, megatron-core distributed/):
-- ZeRO 0 (DDP grad buffer) and 1 (--use-distributed-optimizer: optimizer states sharded, gradients
-  reduce-scattered once per step from a full-size buffer). No ZeRO-2 (the grad buffer is never
-  sharded); ZeRO-3 only through the separate Megatron-FSDP path, not planned here.
-- interleaved 1F1B (--num-virtual-stages-per-pipeline-rank), needs micro-batches % pp == 0;
-  uneven first/last stages (--decoder-first/last-pipeline-num-layers); CP (ring attention, TE);
-  EP/ETP (MoE), SP optional with TP.
+Pinned: megatron-core 0.19.2 (PyPI). It is the first line of wheels that ships the argument parser
+(megatron/training/arguments.py: parse_args, validate_args; megatron-core <= 0.16.1 ships only
+megatron/core), and it needs Python >= 3.12. pretrain_gpt.py itself is not in the wheel: it is the
+Megatron-LM repository's entry point at the matching tag (core_v0.19.2). The export is checked
+against that parser by tests/integration/check_megatron.py.
+
+Space, verified against megatron-core 0.19.2 (paths inside the wheel):
+- ZeRO 0 (DDP, fp32 main-grad buffer: core/distributed/distributed_data_parallel.py) and 1
+  (--use-distributed-optimizer: core/optimizer/distrib_optimizer.py shards optimizer state and
+  reduce-scatters the full-size grad buffer, so gradients are not sharded: no ZeRO-2). Both run with
+  pp > 1. ZeRO-2/3 exist only as the separate Megatron-FSDP / torch-FSDP2 paths
+  (--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads[_params], --use-torch-fsdp2;
+  training/arguments.py validate_args: FSDP2 refuses pp > 1 and ep > 1, Megatron-FSDP wants
+  CUDA_DEVICE_MAX_CONNECTIONS != 1 and --ckpt-format fsdp_dtensor), whose execution the cost model
+  does not follow: not planned, and exported as ZeRO-1 with a caveat.
+- interleaved 1F1B (--num-virtual-stages-per-pipeline-rank): validate_args needs pp > 2, or pp > 1
+  with --overlap-p2p-communication (on by default); core/pipeline_parallel/schedules.py
+  forward_backward_pipelining_with_interleaving needs the micro-batch group (default
+  --microbatch-group-size-per-virtual-pipeline-stage = pp, core/model_parallel_config.py) within
+  [pp, M] and M % group == 0 or >= pp: with the default, micro-batches % pp == 0 (the space's rule).
+- uneven first/last stages (--decoder-first/last-pipeline-num-layers; core/transformer/
+  transformer_config.py __post_init__ "Uneven PP"): the middle stages share the rest evenly; they
+  combine with interleaving when the first, last and per-middle-rank counts are divisible by vpp
+  (validate_args then requires --num-virtual-stages-per-pipeline-rank, not
+  --num-layers-per-virtual-pipeline-stage). The planner only splits unevenly when layers % pp != 0
+  and never with vpp > 1: narrower than Megatron, not wrong. Any other split is expressible with
+  --pipeline-model-parallel-layout (core/transformer/pipeline_parallel_layer_layout.py), which the
+  export uses for free-form splits.
+- CP (ring attention through Transformer Engine, --cp-comm-type p2p default): validate_args needs
+  seq_length % (2·cp) == 0.
+- EP/ETP (MoE): validate_args needs experts % ep == 0; --expert-tensor-parallel-size defaults to tp
+  (validate_args), so the export always passes it for MoE models; the expert grid tp·cp·dp =
+  etp·ep·edp (core/parallel_state.py initialize_model_parallel).
+- SP optional with TP (validate_args turns it off when tp == 1), except for MoE models: MoELayer.
+  forward (core/transformer/moe/moe_layer.py) raises in training when tp > 1 without SP. Added as
+  `extra_refusal` (the space let MoE plans with tp > 1 and SP off through).
+- CUDA_DEVICE_MAX_CONNECTIONS=1 is asserted by validate_args when tp > 1 or cp > 1 before Blackwell
+  (training/utils/common_utils.py get_device_arch_version() < 10); launch.sh exports it.
+- recompute none / selective (--recompute-granularity selective: recompute_modules ["core_attn"],
+  the attention core, as the cost model assumes) / full (--recompute-granularity full
+  --recompute-method uniform --recompute-num-layers 1: every layer; transformer_config.py requires
+  a method and a layer count for full).
+- precisions: bf16 (--bf16), fp16 (--fp16, dynamic loss scaling), fp32 (no flag), fp8 (--bf16 plus
+  --fp8-format hybrid through Transformer Engine; transformer_config.py fp8 / fp8_recipe).
 Execution semantics:
 - gradients: accumulated in an fp32 main-grad buffer over all micro-batches, reduced once per step
   in buckets overlapped with the last micro-batch's backward (--overlap-grad-reduce, which the export
   sets); the distributed optimizer's 16-bit parameter all-gather overlaps the next forward
-  (--overlap-param-gather). With pp > 1 each stage starts its reduction in its own last backward.
+  (--overlap-param-gather, which validate_args allows only with the distributed optimizer and
+  --overlap-grad-reduce). With pp > 1 each stage starts its reduction in its own last backward.
 - fused kernels (TE / apex), TP communication exposed unless --tp-comm-overlap (not planned: needs
-  TE userbuffers bootstrapped at launch).
+  TE userbuffers bootstrapped at launch; validate_args requires SP for it).
 """
 
 from __future__ import annotations
 
-from baige_plan.runtimes._common import Export, ExportFile, common_caveats, plan_info
+import shlex
+
+from baige_plan.runtimes._common import Export, ExportFile, common_caveats, hostfile_lines, plan_info
 from baige_plan.specs.runtime import GradSync, RuntimeSpec
+
+VERSION = "0.19.2"
+MEGATRON_LM_TAG = f"core_v{VERSION}"   # the Megatron-LM git tag whose pretrain_gpt.py matches the wheel
 
 
 def _grad_sync(zero: int, pp: int) -> GradSync:
     return GradSync(grads="step", overlap="backward", params="next_forward" if zero >= 1 else "none")
 
 
+def _refusal(s, model, job) -> str | None:
+    if model is not None and getattr(model, "moe", None) is not None and s.tp > 1 and not s.sequence_parallel:
+        return (f"megatron MoE layers refuse to train with tensor parallelism (tp={s.tp}) without sequence "
+                "parallelism (megatron/core/transformer/moe/moe_layer.py MoELayer.forward)")
+    return None
+
+
 RUNTIME = RuntimeSpec(
     name="megatron",
     title="Megatron-LM / Megatron-core (NeMo, Megatron-Bridge)",
     package="megatron-core",
-    version="0.16.1",
+    version=VERSION,
     zero_stages=(0, 1),
     zero_stages_with_pp=(0, 1),
     interleaved=True,
@@ -53,47 +103,240 @@ RUNTIME = RuntimeSpec(
     zero3_gather=lambda pp: "micro_batch",
     grad_sync=_grad_sync,
     notes=("megatron/core/distributed/distributed_data_parallel.py: grad buffer, overlap_grad_reduce",
-           "megatron/core/optimizer/distrib_optimizer.py: reduce-scatter grads, all-gather params"),
+           "megatron/core/optimizer/distrib_optimizer.py: reduce-scatter grads, all-gather params",
+           "megatron/training/arguments.py validate_args: the parser's rules (megatron-core 0.19.2)",
+           "megatron/core/transformer/transformer_config.py: uneven PP and recompute rules",
+           "megatron/core/transformer/moe/moe_layer.py MoELayer.forward: MoE with tp > 1 needs SP"),
+    extra_refusal=_refusal,
 )
+
+# Placeholders a launch needs that a plan does not decide (optimizer schedule, run length, logging).
+TRAINING_ARGS: tuple[tuple[str, object], ...] = (
+    ("--train-iters", 100), ("--lr", 3.0e-4), ("--min-lr", 3.0e-5), ("--lr-decay-style", "cosine"),
+    ("--lr-warmup-iters", 10), ("--weight-decay", 0.1), ("--adam-beta1", 0.9), ("--adam-beta2", 0.95),
+    ("--clip-grad", 1.0), ("--init-method-std", 0.02), ("--log-interval", 1), ("--eval-interval", 100),
+    ("--eval-iters", 1))
+
+
+def moe_layer_freq(moe: dict, layers: int) -> int | str:
+    """Megatron --moe-layer-freq for the plan's MoE placement (layer i is MoE when i >= first_dense_layers
+    and (i - first_dense_layers) % layer_freq == 0): the integer when there is no dense prefix, else a
+    list expression in the parser's alphabet (digits , [ ] ( ) + *: training/arguments.py _eval_pattern)."""
+    k, f = int(moe.get("first_dense_layers", 0) or 0), int(moe.get("layer_freq", 1) or 1)
+    if k == 0:
+        return f
+    rest = layers - k
+    parts = [f"[0]*{k}"]
+    period = "[1]" if f == 1 else f"([1]+[0]*{f - 1})"
+    if rest // f:
+        parts.append(f"{period}*{rest // f}" if f > 1 else f"[1]*{rest}")
+    r = rest % f
+    if r and f > 1:
+        parts.append("[1]" if r == 1 else f"[1]+[0]*{r - 1}")
+    return "+".join(parts)
+
+
+def pipeline_layout(counts: list[int], vpp: int) -> str:
+    """--pipeline-model-parallel-layout for per-stage layer counts: pp·vpp virtual stages, listed virtual
+    stage by virtual stage (chunk v of rank p is entry v·pp + p); E (embedding) first, L (loss) last.
+    A stage's count is spread over its vpp chunks as evenly as possible (the first chunks take the
+    remainder)."""
+    pp = len(counts)
+    chunks = [[c // vpp + (1 if v < c % vpp else 0) for v in range(vpp)] for c in counts]
+    out = []
+    for v in range(vpp):
+        for p in range(pp):
+            n = chunks[p][v]
+            s = ("t" if n == 1 else f"t*{n}") if n else ""
+            if v == 0 and p == 0:
+                s = "E" + s
+            if v == vpp - 1 and p == pp - 1:
+                s = s + "L"
+            out.append(s)
+    return "|".join(out)
+
+
+def _split_args(counts: list[int], vpp: int) -> tuple[list[tuple[str, object]], list[str]]:
+    """Pipeline split flags: nothing for an even split, first/last counts where Megatron's uneven split
+    expresses it, else an explicit layout. Also the vpp flag (never with a layout: validate_args
+    allows one of them)."""
+    pp = len(counts)
+    vflag = [("--num-virtual-stages-per-pipeline-rank", vpp)] if vpp > 1 else []
+    if pp == 1 or len(set(counts)) == 1:
+        return vflag, []
+    mid = counts[1:-1]
+    out: list[tuple[str, object]] = []
+    if not mid:
+        out = [("--decoder-first-pipeline-num-layers", counts[0]), ("--decoder-last-pipeline-num-layers", counts[-1])]
+    elif len(set(mid)) == 1:
+        if counts[0] != mid[0]:
+            out.append(("--decoder-first-pipeline-num-layers", counts[0]))
+        if counts[-1] != mid[0]:
+            out.append(("--decoder-last-pipeline-num-layers", counts[-1]))
+    divisible = all(c % vpp == 0 for c in counts)
+    if out and divisible:
+        return vflag + out, []
+    caveats = []
+    if not divisible:
+        caveats.append(f"layer split {counts} with vpp={vpp}: stage layer counts are not divisible by vpp, so "
+                       "Megatron's uneven split cannot interleave it; exported as an explicit "
+                       "--pipeline-model-parallel-layout whose chunks within a stage differ by at most one layer")
+    return [("--pipeline-model-parallel-layout", pipeline_layout(counts, vpp))], caveats
+
+
+def megatron_args(doc: dict) -> tuple[list[tuple[str, object]], list[str], list[str]]:
+    """(flag, value) pairs for pretrain_gpt.py (value None: a switch), the caveats, and comment lines."""
+    i = plan_info(doc)
+    s, counts, model, job = i["s"], i["counts"], i["model"], i["job"]
+    tp, pp, cp, dp = s["tp"], s["pp"], s.get("cp", 1), s["dp"]
+    ep, etp, vpp, zero = s.get("ep", 1), s.get("etp", 1), s.get("vpp", 1), s.get("zero", 0)
+    caveats = [c for c in common_caveats(i) if not c.startswith("free-form layer split")]
+    notes: list[str] = []
+    heads, hidden = model["heads"], model["hidden"]
+    kv = model.get("kv_heads") or heads
+    head_dim = model.get("head_dim") or hidden // heads
+    llama = model.get("activation", "swiglu") == "swiglu"
+    seq = job["seq_len"]
+    a: list[tuple[str, object]] = [
+        ("--num-layers", i["layers"]), ("--hidden-size", hidden), ("--ffn-hidden-size", model["ffn_hidden"]),
+        ("--num-attention-heads", heads)]
+    if kv != heads:
+        a += [("--group-query-attention", None), ("--num-query-groups", kv)]
+    if head_dim * heads != hidden:
+        a.append(("--kv-channels", head_dim))
+    a += [("--seq-length", seq), ("--max-position-embeddings", max(seq, model.get("seq_len") or seq))]
+    if llama:
+        a += [("--swiglu", None), ("--normalization", "RMSNorm"), ("--position-embedding-type", "rope"),
+              ("--disable-bias-linear", None)]
+        notes.append("model style: swiglu -> Llama conventions (RMSNorm, RoPE, no linear biases); the plan's "
+                     "model does not record them")
+    else:
+        a += [("--normalization", "LayerNorm"), ("--position-embedding-type", "learned_absolute")]
+        notes.append("model style: gelu -> GPT-3 conventions (LayerNorm, learned absolute positions, linear "
+                     "biases); the plan's model does not record them")
+    if not model.get("tie_embeddings", False):
+        a.append(("--untie-embeddings-and-output-weights", None))
+    drop = model.get("dropout", 0.0) or 0.0
+    a += [("--attention-dropout", drop), ("--hidden-dropout", drop)]
+    moe = model.get("moe")
+    if moe:
+        a += [("--num-experts", moe["experts"]), ("--moe-router-topk", moe["top_k"]),
+              ("--moe-ffn-hidden-size", moe["expert_ffn_hidden"])]
+        if moe.get("shared_experts"):
+            a.append(("--moe-shared-expert-intermediate-size", moe["shared_experts"] * moe["expert_ffn_hidden"]))
+        a += [("--moe-layer-freq", moe_layer_freq(moe, i["layers"])), ("--moe-token-dispatcher-type", "alltoall"),
+              ("--moe-grouped-gemm", None)]
+    a += [("--tokenizer-type", "NullTokenizer"), ("--vocab-size", model["vocab"]), ("--mock-data", None)]
+    notes.append(f"data: mock tokens with NullTokenizer (vocab {model['vocab']}, padded by Megatron to a multiple "
+                 f"of 128*tp = {128 * tp}); replace with --data-path and a real tokenizer for training")
+
+    # parallelism
+    a += [("--tensor-model-parallel-size", tp), ("--pipeline-model-parallel-size", pp),
+          ("--context-parallel-size", cp)]
+    if s.get("sequence_parallel") and tp > 1:
+        a.append(("--sequence-parallel", None))
+    if moe:
+        a += [("--expert-model-parallel-size", ep), ("--expert-tensor-parallel-size", etp)]
+    elif ep > 1 or etp > 1:
+        caveats.append(f"ep={ep}, etp={etp} on a dense model: Megatron has no experts to split; not exported")
+    split, split_caveats = _split_args(counts, vpp)
+    a += split
+    caveats += split_caveats
+    if zero >= 2:
+        caveats.append(f"zero={zero}: megatron-core {VERSION} shards gradients/parameters only through Megatron-FSDP "
+                       "or torch FSDP2, whose execution this plan was not costed for; exported as ZeRO-1 "
+                       "(--use-distributed-optimizer), which holds full gradients and parameters per rank: more "
+                       "memory than planned")
+    if zero >= 1:
+        a += [("--use-distributed-optimizer", None), ("--overlap-grad-reduce", None), ("--overlap-param-gather", None)]
+    else:
+        a.append(("--overlap-grad-reduce", None))
+    rec = s.get("recompute", "none")
+    if rec == "selective":
+        a.append(("--recompute-granularity", "selective"))
+    elif rec == "full":
+        a += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"), ("--recompute-num-layers", 1)]
+    if s.get("attention") == "standard":
+        a.append(("--attention-backend", "unfused"))
+
+    # precision
+    prec = job.get("precision", "bf16")
+    if prec in ("bf16", "fp8"):
+        a.append(("--bf16", None))
+    elif prec == "fp16":
+        a.append(("--fp16", None))
+    if prec == "fp8":
+        a += [("--fp8-format", "hybrid"), ("--fp8-recipe", "delayed"), ("--fp8-amax-history-len", 1024),
+              ("--fp8-amax-compute-algo", "max")]
+
+    # batch
+    a += [("--micro-batch-size", s["micro_batch"]), ("--global-batch-size", i["gb"])]
+    notes.append(f"global batch {i['gb']} = dp {dp} x {i['m']} micro-batches x micro-batch {s['micro_batch']}")
+    a += list(TRAINING_ARGS)
+    notes.append("--train-iters, learning-rate schedule, eval and logging flags are placeholders: set them for the run")
+    return a, caveats, notes
+
+
+def _fmt(v: object) -> str:
+    return shlex.quote(str(v))
+
+
+def _env(s: dict) -> dict[str, str]:
+    env = {}
+    if s["tp"] > 1 or s.get("cp", 1) > 1:
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+    return env
+
+
+def _launch_sh(i: dict, env: dict[str, str]) -> str:
+    groups = i["cluster"].get("groups", [])
+    nnodes = sum(g["nodes"] for g in groups)
+    nproc = groups[0]["devices_per_node"] if groups else 1
+    lines = ["#!/usr/bin/env bash", f"# {i['title']}",
+             f"# Megatron-LM launch (megatron-core=={VERSION}; pretrain_gpt.py from Megatron-LM tag {MEGATRON_LM_TAG}).",
+             f"# Run once on every node: NODE_RANK=0..{nnodes - 1} (line order of ./hostfile), MASTER_ADDR = node 0.",
+             "# MEGATRON_LM: the Megatron-LM checkout (default: the current folder); extra arguments are passed on",
+             "# to pretrain_gpt.py after those in megatron_args.txt (MEGATRON_ARGS overrides that file's path).",
+             "set -euo pipefail",
+             'HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
+             f"NNODES={nnodes}",
+             f"NPROC_PER_NODE={nproc}",
+             'NODE_RANK="${NODE_RANK:-0}"']
+    if nnodes > 1:
+        lines.append('MASTER_ADDR="${MASTER_ADDR:-$(awk \'!/^#/ && NF {print $1; exit}\' "$HERE/hostfile" '
+                     '2>/dev/null || true)}"')
+        lines.append('MASTER_ADDR="${MASTER_ADDR:-localhost}"')
+    else:
+        lines.append('MASTER_ADDR="${MASTER_ADDR:-localhost}"')
+    lines += ['MASTER_PORT="${MASTER_PORT:-6000}"', 'MEGATRON_LM="${MEGATRON_LM:-$PWD}"']
+    if env:
+        lines.append("# tp > 1 or cp > 1: megatron/training/arguments.py validate_args asserts this before Blackwell")
+    lines += [f"export {k}={v}" for k, v in env.items()]
+    lines += ['ARGS_FILE="${MEGATRON_ARGS:-$HERE/megatron_args.txt}"',
+              "# one argument per line, shell-quoted; lines starting with # are comments",
+              'eval "ARGS=($(grep -v \'^[[:space:]]*#\' "$ARGS_FILE"))"',
+              'exec torchrun --nnodes "$NNODES" --nproc-per-node "$NPROC_PER_NODE" --node-rank "$NODE_RANK" \\',
+              '  --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT" \\',
+              '  "$MEGATRON_LM/pretrain_gpt.py" "${ARGS[@]}" "$@"']
+    return "\n".join(lines) + "\n"
+
+
+def _hostfile(i: dict) -> str:
+    lines = [f"# {i['title']}",
+             "# one line per node, NODE_RANK = line order: HOSTNAME slots=DEVICES (placeholder names: replace with yours)"]
+    return "\n".join(lines + hostfile_lines(i)) + "\n"
 
 
 def export(doc: dict) -> Export:
     i = plan_info(doc)
-    s, counts, L = i["s"], i["counts"], i["layers"]
-    caveats = common_caveats(i)
-    args: list[tuple[str, object]] = [
-        ("--tensor-model-parallel-size", s["tp"]), ("--pipeline-model-parallel-size", s["pp"]),
-        ("--context-parallel-size", s["cp"])]
-    if s.get("sequence_parallel") and s["tp"] > 1:
-        args.append(("--sequence-parallel", None))
-    if s["ep"] > 1 or s.get("etp", 1) > 1:
-        args += [("--expert-model-parallel-size", s["ep"]), ("--expert-tensor-parallel-size", s.get("etp", 1))]
-    if s["vpp"] > 1:
-        args.append(("--num-virtual-stages-per-pipeline-rank", s["vpp"]))
-    if s["pp"] > 1 and len(set(counts)) > 1:
-        mid = counts[1:-1]
-        even = mid[0] if mid else None
-        if counts[0] != even:
-            args.append(("--decoder-first-pipeline-num-layers", counts[0]))
-        if counts[-1] != even:
-            args.append(("--decoder-last-pipeline-num-layers", counts[-1]))
-    if s["zero"] >= 1:
-        args.append(("--use-distributed-optimizer", None))
-    if s["recompute"] == "selective":
-        args.append(("--recompute-granularity", "selective"))
-    elif s["recompute"] == "full":
-        args += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"),
-                 ("--recompute-num-layers", 1)]
-    args += [("--micro-batch-size", s["micro_batch"]), ("--global-batch-size", i["gb"]),
-             ("--seq-length", i["job"]["seq_len"]), ("--num-layers", L)]
-    prec = i["job"].get("precision", "bf16")
-    if prec in ("bf16", "fp8"):
-        args.append(("--bf16", None))
-    elif prec == "fp16":
-        args.append(("--fp16", None))
-    if prec == "fp8":
-        args.append(("--fp8-format", "hybrid"))
-    lines = [f"# {i['title']}", f"# {RUNTIME.title} {RUNTIME.package}=={RUNTIME.version}: pretrain_gpt.py arguments"]
+    args, caveats, notes = megatron_args(doc)
+    lines = [f"# {i['title']}",
+             f"# {RUNTIME.title}: megatron-core=={VERSION} (PyPI), pretrain_gpt.py arguments "
+             f"(Megatron-LM tag {MEGATRON_LM_TAG}); one argument per line, shell-quoted"]
+    lines += [f"# {n}" for n in notes]
     lines += [f"# cannot express: {c}" for c in caveats]
-    lines += [k if v is None else f"{k} {v}" for k, v in args]
-    return Export((ExportFile("megatron_args.txt", "\n".join(lines) + "\n"),), tuple(caveats))
+    lines += [k if v is None else f"{k} {_fmt(v)}" for k, v in args]
+    files = (ExportFile("megatron_args.txt", "\n".join(lines) + "\n"),
+             ExportFile("launch.sh", _launch_sh(i, _env(i["s"]))),
+             ExportFile("hostfile", _hostfile(i)))
+    return Export(files, tuple(caveats))

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from baige_plan import runtimes
 from baige_plan.cost import collectives as C
 from baige_plan.cost.compute import ChipRates
 from baige_plan.cost.estimate import (
     ADAM_BYTES_PER_PARAM,
-    GRAD_BYTES,
     ZERO3_COLLECTIVES_PER_LAYER,
     ZERO3_OVERLAP,
     stage_cost,
@@ -72,8 +72,10 @@ def _split(model: ModelSpec, pp: int, first: int, last: int) -> list[tuple[int, 
 class Bounds:
     """Caches per-structure constants; `memory_gib(rows)` and `time_lb_s(rows)` are vectorised."""
 
-    def __init__(self, model: ModelSpec, group: GroupSpec, job: JobSpec):
+    def __init__(self, model: ModelSpec, group: GroupSpec, job: JobSpec, runtime: str = runtimes.DEFAULT):
         self.model, self.group, self.job = model, group, job
+        self.runtime = runtimes.get(runtime)
+        self.knobs = runtimes.knobs(runtime)
         self.rates = ChipRates.of(group.chip, job.precision)
         self.capacity_gib = group.chip.need("memory_gib")
 
@@ -140,18 +142,27 @@ class Bounds:
         micro = job.global_batch / (dp * mb)
         dpd = dp * cp
         edp = tp * cp * dp / (ep * etp)
-        w = np.where(zero >= 3, 2 / dpd, 2.0)
-        g = np.where(zero >= 2, GRAD_BYTES / dpd, GRAD_BYTES)
-        k = np.where(zero >= 1, 12 / dpd, 12.0)
-        we = np.where(zero >= 3, 2 / edp, 2.0)
-        ge = np.where(zero >= 2, GRAD_BYTES / edp, GRAD_BYTES)
-        ke = np.where(zero >= 1, 12 / edp, 12.0)
+        eager = self.runtime.execution == "eager"
+        gb = self.runtime.grad_bytes
+        if eager:
+            # eager PyTorch (estimate._eager_states): fp32 master 4 B (+2 B bf16 copy unless sharded),
+            # fp32 grads 4 B, AdamW 8 B; all sharded under FSDP (zero 3)
+            w, g, k = (np.where(zero >= 3, b / dpd, full) for b, full in ((4, 6.0), (4, 4.0), (8, 8.0)))
+            we, ge, ke = (np.where(zero >= 3, b / edp, full) for b, full in ((4, 6.0), (4, 4.0), (8, 8.0)))
+        else:
+            w = np.where(zero >= 3, 2 / dpd, 2.0)
+            g = np.where(zero >= 2, gb / dpd, float(gb))
+            k = np.where(zero >= 1, 12 / dpd, 12.0)
+            we = np.where(zero >= 3, 2 / edp, 2.0)
+            ge = np.where(zero >= 2, gb / edp, float(gb))
+            ke = np.where(zero >= 1, 12 / edp, 12.0)
         tokens = mb * job.seq_len / cp
         full = rec == RECOMPUTE.index("full")
         best = np.zeros(len(a))
         for j in range(3):
             idx, n, nd, nm, dense, expert, emb = (P[:, j, c] for c in range(7))
-            states = dense * (w + g + k) + expert * (we + ge + ke)
+            states = dense * (w + k) + expert * (we + ke)
+            grads = dense * g + expert * ge
             layer_full = np.maximum(dense + expert - emb, 0.0) / np.maximum(n, 1)
             states += np.where(zero >= 3, 2 * 2 * layer_full / ZERO3_COLLECTIVES_PER_LAYER, 0.0)
             held = np.minimum(pp - idx, micro)
@@ -160,7 +171,9 @@ class Bounds:
             act += np.where(full, mb * np.maximum(np.where(nd > 0, A[:, 2], 0), np.where(nm > 0, A[:, 3], 0)), 0)
             act += np.where(idx == 0, tokens * m.hidden * ab / np.where(sp > 0, tp, 1), 0.0)
             act += np.where(idx == pp - 1, tokens * m.vocab / tp * (4 + ab), 0.0)
-            best = np.maximum(best, (states + act) / GIB + FRAMEWORK_RESERVE_GIB)
+            # eager without DDP buckets holds the larger of grads and activations (estimate.stage_cost)
+            held_ga = np.maximum(grads, act) if eager else grads + act
+            best = np.maximum(best, (states + held_ga) / GIB + FRAMEWORK_RESERVE_GIB)
         return best
 
     # -- per (tp, cp, mb, sp, ep, etp, attention, recompute'): per-layer time --------------------
@@ -168,7 +181,7 @@ class Bounds:
         tp, cp, mb, sp, ep, etp, att, rec = key
         m = self.model
         s = StrategySpec(tp=tp, pp=3, dp=ep * etp, cp=cp, ep=ep, etp=etp, micro_batch=mb, recompute=RECOMPUTE[rec],
-                         sequence_parallel=bool(sp), attention=ATTENTION[att])
+                         sequence_parallel=bool(sp), attention=ATTENTION[att], **self.knobs)
         dense_i = next((i for i in range(m.layers) if not m.is_moe_layer(i)), None)
         moe_i = next((i for i in range(m.layers) if m.is_moe_layer(i)), None)
         c = {}
@@ -209,7 +222,10 @@ class Bounds:
             t_max = np.maximum(t_max, t)
             opt = np.maximum(opt, (dense / dpd + expert / edp) * ADAM_BYTES_PER_PARAM / self.rates.hbm_Bps)
         pipe = micro * t_max + (total - t_max) / vpp
-        return (pipe + opt + self._zero3_lb(P, zero, dp * cp, micro)) * (1 - SAFETY)
+        # ZeRO-3 gathers per micro-batch unless the runtime gathers once per step with pipelining
+        per_mb = {int(x): self.runtime.zero3_gather(int(x)) == "micro_batch" for x in np.unique(pp)}
+        z3_mb = np.vectorize(per_mb.__getitem__, otypes=[bool])(pp.astype(np.int64))
+        return (pipe + opt + np.where(z3_mb, self._zero3_lb(P, zero, dp * cp, micro), 0.0)) * (1 - SAFETY)
 
     def _zero3_lb(self, P: np.ndarray, zero: np.ndarray, n: np.ndarray, micro: np.ndarray) -> np.ndarray:
         """ZeRO-3 exposed communication >= (1 - ZERO3_OVERLAP) x its total: per micro-batch, three

@@ -151,6 +151,7 @@ def standalone_best(model: ModelSpec, g: GroupSpec, job: JobSpec, base: Strategy
             m = job.global_batch // (dp * base.micro_batch)
             stages = tuple(StageSpec(g.name, rng, tp) for rng in even_split(model.layers, pp))
             p = PipelinesSpec((PipelineShape(dp, m, stages),), micro_batch=base.micro_batch, zero=base.zero,
+                              runtime=base.runtime,
                               recompute=base.recompute, sequence_parallel=bool(base.sequence_parallel),
                               attention=base.attention)
             e = _exact(model, cl, job, p, memory_frac)
@@ -264,7 +265,8 @@ def _solve_template_cp(model, cluster, job, t: Template, base: StrategySpec, mem
         shapes_st.append((r, stages, kn))
     p_base = PipelinesSpec(tuple(PipelineShape(r, 1, tuple(st), kn) for r, st, kn in shapes_st),
                            micro_batch=base.micro_batch, zero=base.zero, recompute=base.recompute,
-                           sequence_parallel=bool(base.sequence_parallel), attention=base.attention)
+                           sequence_parallel=bool(base.sequence_parallel), attention=base.attention,
+                           runtime=base.runtime)
     # sequences per micro-batch step of one shape: replicas x its micro-batch size
     units = [r * p_base.knob(sh, "micro_batch") for (r, _, _), sh in zip(shapes_st, p_base.shapes, strict=True)]
     if len(shapes_st) == 1 and B % units[0]:

@@ -67,7 +67,8 @@ def oracle(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategyS
                             start += c
                         shapes.append(PipelineShape(r, m, tuple(stages), kn))
                     p = PipelinesSpec(tuple(shapes), micro_batch=v.micro_batch, zero=v.zero, recompute=v.recompute,
-                                      sequence_parallel=bool(v.sequence_parallel), attention=v.attention)
+                                      sequence_parallel=bool(v.sequence_parallel), attention=v.attention,
+                                      runtime=v.runtime)
                     e = _exact(model, cluster, job, p, memory_frac)
                     if e is not None and e.step_time_s < best[0]:
                         best = (e.step_time_s, p, e)

@@ -1,7 +1,8 @@
 """Exhaustive oracle for small spaces: no pruning, no bounds, no clever enumeration.
 
 It walks the plain Cartesian product of every dimension's range, keeps what
-`specs.strategy.check_strategy` and the space's own rules (`space_rules_ok`) accept, runs the full
+`specs.strategy.check_strategy`, the runtime (`RuntimeSpec.refusal`) and the space's own rules
+(`space_rules_ok`) accept, runs the full
 `estimate` on each, and ranks the fitting ones by (step time, candidate tuple). Tests compare it
 with `solver.search` (the same ranking must come out) and with `space.enumerate_space` (the same
 set of candidates).
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 
+from baige_plan import runtimes
 from baige_plan.cost.estimate import Estimate, estimate
 from baige_plan.errors import SpecError
 from baige_plan.search.space import Bounds, Cand, Pins, from_strategy, uneven_splits
@@ -41,6 +43,8 @@ def space_rules_ok(s: StrategySpec, model: ModelSpec, dpn: int, bounds: Bounds, 
             return False
     if pins.sequence_parallel is not None and bool(s.sequence_parallel) != (pins.sequence_parallel and s.tp > 1):
         return False
+    if runtimes.get(bounds.runtime).refusal(s, model) is not None:
+        return False
     return s.attention == pins.attention
 
 
@@ -65,7 +69,8 @@ def oracle_space(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, bounds: B
                     try:
                         s = StrategySpec(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, zero=zero, micro_batch=mb,
                                          vpp=vpp, recompute=rec, sequence_parallel=sp, attention=pins.attention,
-                                         first_stage_layers=first, last_stage_layers=last)
+                                         first_stage_layers=first, last_stage_layers=last,
+                                         **runtimes.knobs(bounds.runtime))
                         check_strategy(s, model, job, n)
                     except SpecError:
                         continue

@@ -62,7 +62,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, bounds: Bounds 
     t0 = time.perf_counter()
     group = cluster.groups[0]
     a = space_array(model, cluster.devices, group.devices_per_node, job, bounds, pins)
-    cb = CostBounds(model, group, job)
+    cb = CostBounds(model, group, job, bounds.runtime)
     cap = cb.capacity_gib * bounds.max_memory_frac
     mem = cb.memory_gib(a)
     feasible = int(np.count_nonzero(mem <= cap))
@@ -81,7 +81,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, bounds: Bounds 
             gap = max(0.0, (best[0][0] - float(lb[i])) / best[0][0])
             break
         key = tuple(int(x) for x in rows[i])
-        e = estimate(model, cluster, job, to_strategy(key), bounds.max_memory_frac)
+        e = estimate(model, cluster, job, to_strategy(key, bounds.runtime), bounds.max_memory_frac)
         evaluated += 1
         if progress is not None and evaluated % 50 == 0:
             progress(n, len(order))
@@ -112,7 +112,7 @@ def _binding(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, a: np.ndarray
         return ("no strategy satisfies the divisibility rules, pins and bounds (heads, layers, global batch, "
                 f"devices, --max-*){why}; relax a pin or a bound")
     i = int(np.argmin(mem))
-    s = to_strategy(tuple(int(x) for x in a[i]))
+    s = to_strategy(tuple(int(x) for x in a[i]), bounds.runtime)
     e = estimate(model, cluster, job, s, bounds.max_memory_frac)
     return (f"memory: the leanest strategy (tp {s.tp} pp {s.pp} dp {s.dp} cp {s.cp} zero {s.zero} "
             f"micro-batch {s.micro_batch} recompute {s.recompute}) needs {e.peak_memory_gib:.1f} GiB per device, "

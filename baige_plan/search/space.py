@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from baige_plan import runtimes
 from baige_plan.errors import SpecError
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
@@ -40,13 +41,14 @@ class Bounds:
     max_cp: int | None = None         # default: no cap beyond divisibility
     max_micro_batch: int = 16
     max_memory_frac: float = 0.9
-    zero_stages: tuple[int, ...] = (0, 1, 2, 3)   # what the target framework can run (plan --framework)
+    runtime: str = "megatron"         # baige_plan/runtimes/: the space keeps to what it runs
 
     def __post_init__(self) -> None:
         for k in ("max_tp", "max_pp", "max_cp", "max_micro_batch"):
             v = getattr(self, k)
             if v is not None and (not isinstance(v, int) or v < 1):
                 raise SpecError(f"--{k.replace('_', '-')}", f"must be a positive integer, got {v!r}")
+        runtimes.get(self.runtime)   # raises on an unknown name
         if not 0 < self.max_memory_frac <= 1:
             raise SpecError("--max-memory-frac", f"must be in (0, 1], got {self.max_memory_frac}")
 
@@ -96,13 +98,20 @@ def _pick(pin, values):
 
 def enumerate_space(model: ModelSpec, devices: int, devices_per_node: int, job: JobSpec,
                     bounds: Bounds = Bounds(), pins: Pins = Pins()) -> Iterator[Cand]:
-    """Every valid candidate, built by construction (no trial and error)."""
+    """Every valid candidate the runtime (`bounds.runtime`) runs, built by construction (no trial and
+    error): its ZeRO stages (with and without pipeline parallelism), interleaving, CP, EP/ETP, uneven
+    splits, sequence-parallel rule and recompute modes prune the loops; its extra rules (e.g.
+    DeepSpeed-MoE without the PipelineEngine) are checked per candidate."""
+    rt = runtimes.get(bounds.runtime)
+    if job.precision not in rt.precisions:
+        return
     L, gb, seq = model.layers, job.global_batch, job.seq_len
     max_tp = bounds.max_tp or devices_per_node
     max_pp = bounds.max_pp or L
-    recs = [RECOMPUTE.index(pins.recompute)] if pins.recompute else [0, 1, 2]
-    zeros = _pick(pins.zero, list(bounds.zero_stages))
+    recs = [RECOMPUTE.index(r) for r in ([pins.recompute] if pins.recompute else RECOMPUTE) if r in rt.recompute]
+    zeros = [z for z in _pick(pins.zero, [0, 1, 2, 3]) if z in rt.zero_stages]
     att = ATTENTION.index(pins.attention)
+    extra = rt.extra_refusal
     for tp in _pick(pins.tp, divisors(devices)):
         if tp > max_tp or devices % tp or model.heads % tp or model.kv_heads % tp or model.ffn_hidden % tp:
             continue
@@ -111,23 +120,27 @@ def enumerate_space(model: ModelSpec, devices: int, devices_per_node: int, job: 
         for pp in _pick(pins.pp, divisors(devices // tp) if devices % tp == 0 else []):
             if pp > max_pp or (devices // tp) % pp:
                 continue
-            splits = [(0, 0)] if L % pp == 0 else uneven_splits(L, pp)
+            splits = [(0, 0)] if L % pp == 0 else (uneven_splits(L, pp) if rt.uneven_split else [])
             if not splits:
                 continue
+            pp_zeros = [z for z in zeros if pp == 1 or z in rt.zero_stages_with_pp]
             rest = devices // (tp * pp)
-            for cp in _pick(pins.cp, divisors(rest)):
+            for cp in _pick(pins.cp, divisors(rest) if rt.context_parallel else [1]):
                 if rest % cp or (bounds.max_cp and cp > bounds.max_cp) or (cp > 1 and seq % (2 * cp)):
                     continue
                 dp = rest // cp
                 if pins.dp is not None and dp != pins.dp:
                     continue
-                sps = [False] if tp == 1 else [True, False]
+                sps = [False] if tp == 1 else {"optional": [True, False], "always": [True], "never": [False]}[
+                    rt.sequence_parallel]
                 if pins.sequence_parallel is not None:
-                    sps = [pins.sequence_parallel and tp > 1]
+                    sps = [sp for sp in sps if sp == (pins.sequence_parallel and tp > 1)]
                 sps = [sp for sp in sps if not sp or (seq // cp) % tp == 0]
                 if not sps or gb % dp:
                     continue
                 for ep, etp in _expert_dims(model, tp * cp * dp, max_tp, pins):
+                    if (ep > 1 and not rt.expert_parallel) or (etp > 1 and not rt.expert_tensor_parallel):
+                        continue
                     for mb in _pick(pins.micro_batch, divisors(gb // dp)):
                         if mb > bounds.max_micro_batch and pins.micro_batch is None:
                             continue
@@ -136,16 +149,17 @@ def enumerate_space(model: ModelSpec, devices: int, devices_per_node: int, job: 
                         m = gb // (dp * mb)
                         for first, last in splits:
                             vpps = [1]
-                            if pp > 1 and first == last == 0:
+                            if pp > 1 and first == last == 0 and rt.interleaved:
                                 vpps = [v for v in divisors(L // pp) if v == 1 or m % pp == 0]
                             for vpp in _pick(pins.vpp, vpps):
                                 if vpp not in vpps:
                                     continue
                                 for rec in recs:
                                     for sp in sps:
-                                        for zero in zeros:
-                                            yield (tp, pp, dp, cp, ep, etp, zero, mb, vpp, rec, int(sp),
-                                                   first, last, att)
+                                        for zero in pp_zeros:
+                                            c = (tp, pp, dp, cp, ep, etp, zero, mb, vpp, rec, int(sp), first, last, att)
+                                            if extra is None or extra(to_strategy(c, bounds.runtime), model, job) is None:
+                                                yield c
 
 
 def space_array(model: ModelSpec, devices: int, devices_per_node: int, job: JobSpec,
@@ -169,11 +183,12 @@ def _expert_dims(model: ModelSpec, folded: int, max_tp: int, pins: Pins) -> list
     return out
 
 
-def to_strategy(c: Cand) -> StrategySpec:
+def to_strategy(c: Cand, runtime: str = runtimes.DEFAULT) -> StrategySpec:
+    """The candidate as a strategy run (and costed) by `runtime`."""
     tp, pp, dp, cp, ep, etp, zero, mb, vpp, rec, sp, first, last, att = c
     return StrategySpec(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, zero=zero, micro_batch=mb, vpp=vpp,
                         recompute=RECOMPUTE[rec], sequence_parallel=bool(sp), attention=ATTENTION[att],
-                        first_stage_layers=first or None, last_stage_layers=last or None)
+                        first_stage_layers=first or None, last_stage_layers=last or None, **runtimes.knobs(runtime))
 
 
 def from_strategy(s: StrategySpec) -> Cand:

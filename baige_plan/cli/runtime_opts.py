@@ -1,0 +1,78 @@
+"""Choosing the runtime from `--runtime` and refusing pins it cannot run (shared by plan and evaluate)."""
+
+from __future__ import annotations
+
+from baige_plan import runtimes
+from baige_plan.cli.common import note
+from baige_plan.errors import SpecError
+from baige_plan.specs.job import JobSpec
+
+
+def resolve_runtime(opt, heterogeneous: bool) -> str:
+    """The runtime a plan targets: the one named, else the default (megatron; flagscale on clusters of
+    several groups, since Megatron-LM cannot put pipeline stages on different chip types)."""
+    if opt is not None:
+        name = opt.value if hasattr(opt, "value") else str(opt)
+        rt = runtimes.get(name)
+        if heterogeneous and not rt.heterogeneous:
+            heteros = [n for n in runtimes.NAMES if runtimes.get(n).heterogeneous]
+            raise SpecError("--runtime", f"{name} runs one chip group per job; this cluster has several: "
+                            f"use a heterogeneous runtime ({', '.join(heteros)}) or plan one group's topology")
+        return name
+    name = runtimes.DEFAULT_HETEROGENEOUS if heterogeneous else runtimes.DEFAULT
+    note(f"--runtime not given: planning for {name} ({runtimes.get(name).title})")
+    return name
+
+
+def check_pins_runtime(name: str, job: JobSpec, *, zero=None, vpp=None, cp=None, ep=None, etp=None, pp=None,
+                       recompute=None, sequence_parallel=None, tp=None) -> None:
+    """Exit-2 errors for pins the runtime can never run, naming the value and the runtime."""
+    rt = runtimes.get(name)
+    if job.precision not in rt.precisions:
+        raise SpecError("--precision", f"{name} runs {', '.join(rt.precisions)}, not {job.precision}")
+    if zero is not None and zero not in rt.zero_stages:
+        raise SpecError("--zero", f"{name} runs ZeRO stages {list(rt.zero_stages)}, not {zero}")
+    if zero is not None and pp is not None and pp > 1 and zero not in rt.zero_stages_with_pp:
+        raise SpecError("--zero", f"{name} runs ZeRO stages {list(rt.zero_stages_with_pp)} with pipeline "
+                        f"parallelism, not {zero} with pp={pp}")
+    if vpp is not None and vpp > 1 and not rt.interleaved:
+        raise SpecError("--vpp", f"{name} has no interleaved pipeline schedule (vpp={vpp})")
+    if cp is not None and cp > 1 and not rt.context_parallel:
+        raise SpecError("--cp", f"{name} has no context parallelism (cp={cp})")
+    if ep is not None and ep > 1 and not rt.expert_parallel:
+        raise SpecError("--ep", f"{name} has no expert parallelism (ep={ep})")
+    if etp is not None and etp > 1 and not rt.expert_tensor_parallel:
+        raise SpecError("--etp", f"{name} has no expert tensor parallelism (etp={etp})")
+    if recompute is not None and recompute not in rt.recompute:
+        raise SpecError("--recompute", f"{name} runs recompute {', '.join(rt.recompute)}, not {recompute}")
+    if sequence_parallel is False and rt.sequence_parallel == "always" and (tp is None or tp > 1):
+        raise SpecError("--no-sequence-parallel", f"{name} always shards along the sequence with tensor parallelism")
+
+
+def pick_runtime(s, model, job: JobSpec, opt):
+    """The strategy as costed by a runtime (evaluate). Named runtime: it must run `s` (else exit 2 with
+    its reason). None: the default if it runs `s`, else the first runtime that does (said on stderr);
+    when none does, `s` is still estimated as the what-if of the runtime offering its ZeRO stage, and
+    stderr says that no runtime runs it and why."""
+    from baige_plan.specs.strategy import check_strategy
+
+    check_strategy(s, model, job)
+    if opt is not None:
+        name = opt.value if hasattr(opt, "value") else str(opt)
+        why = runtimes.get(name).refusal(s, model, job)
+        if why:
+            raise SpecError("--runtime", why)
+        return s.with_(**runtimes.knobs(name))
+    reasons = {}
+    for name in (runtimes.DEFAULT,) + tuple(n for n in runtimes.NAMES if n != runtimes.DEFAULT):
+        why = runtimes.get(name).refusal(s, model, job)
+        if why is None:
+            if name != runtimes.DEFAULT:
+                note(f"--runtime not given: {runtimes.DEFAULT} cannot run this strategy "
+                     f"({reasons[runtimes.DEFAULT]}); costed as {name} runs it")
+            return s.with_(**runtimes.knobs(name))
+        reasons[name] = why
+    fallback = next((n for n in runtimes.NAMES if s.zero in runtimes.get(n).zero_stages), runtimes.DEFAULT)
+    note("no runtime runs this strategy (" + "; ".join(reasons.values()) + f"); estimated as a what-if with "
+         f"{fallback}'s execution semantics")
+    return s.with_(**runtimes.knobs(fallback))

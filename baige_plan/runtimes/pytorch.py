@@ -1,0 +1,41 @@
+"""Plain PyTorch training loops as benchmarks/real/harness.py runs them (the runtime of our own measured
+runs in benchmarks/real/runs_*.yaml): DDP with no_sync over accumulation steps (one bucketed all-reduce
+in the last micro-batch's backward), FSDP2 fully_shard (gather and reduce-scatter every micro-batch),
+Megatron-style TP on plain tensors, torch.distributed.pipelining 1F1B, eager kernels under autocast.
+
+Not offered to `plan` (it is a benchmark harness, not a framework a user launches a model with): the
+backtest uses it so that our runs are costed as they were executed.
+"""
+
+from __future__ import annotations
+
+from baige_plan.runtimes._common import Export
+from baige_plan.specs.runtime import GradSync, RuntimeSpec
+
+RUNTIME = RuntimeSpec(
+    name="pytorch",
+    title="plain PyTorch (benchmarks/real/harness.py: DDP no_sync, FSDP2, pipelining)",
+    package="torch",
+    version="2.11.0",
+    zero_stages=(0, 3),
+    zero_stages_with_pp=(0,),
+    interleaved=False,
+    context_parallel=False,
+    expert_parallel=True,
+    expert_tensor_parallel=False,
+    uneven_split=False,
+    sequence_parallel="optional",
+    recompute=("none", "full"),
+    precisions=("bf16", "fp16", "fp32"),
+    heterogeneous=False,
+    schedules=("1F1B",),
+    execution="eager",
+    zero3_impl="fsdp",
+    zero3_gather=lambda pp: "micro_batch",
+    grad_sync=lambda zero, pp: GradSync(grads="step", overlap="backward", params="none"),
+)
+
+
+def export(doc: dict) -> Export:
+    from baige_plan.errors import SpecError
+    raise SpecError("--to", "pytorch is the benchmark harness's runtime; it has no launch export")
