@@ -1,7 +1,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install test lint bench validate
+.PHONY: install test lint bench validate test-integration
 
 install:
 	python3 -m venv $(VENV)
@@ -18,3 +18,6 @@ bench:
 
 validate:
 	$(VENV)/bin/baige-plan backtest tests/data/published_calibration.yaml
+
+test-integration:
+	bash tests/integration/run.sh
