@@ -117,7 +117,10 @@ def plan(
         err(f"no feasible plan: {res.binding}")
         raise typer.Exit(1)
     if out is not None:
-        doc = plan_doc(m, cl, job, res.plans[0], res, chip_docs, max_memory_frac, list(res.plans[1:]))
+        from baige_plan.search.placement import placement
+        s0, g0 = res.plans[0].strategy, cl.groups[0]
+        slots = placement(s0.tp, s0.cp, s0.dp, s0.pp, g0.name, g0.devices_per_node)
+        doc = plan_doc(m, cl, job, res.plans[0], res, chip_docs, max_memory_frac, list(res.plans[1:]), slots)
         try:
             write_atomic(out, dumps(doc, format_for(out)))
         except InputError as ex:

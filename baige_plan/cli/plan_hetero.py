@@ -44,7 +44,9 @@ def plan_hetero(cat, m: ModelSpec, cl: ClusterSpec, job: JobSpec, *, micro_batch
          + (f", gap {r.gap:.2%}" if r.gap else ""))
     if out is not None:
         try:
-            write_atomic(out, dumps(hetero_plan_doc(m, cl, job, r, chip_docs, max_memory_frac), format_for(out)))
+            from baige_plan.search.hetero_placement import hetero_placement
+            slots = hetero_placement(r.pipelines, cl)
+            write_atomic(out, dumps(hetero_plan_doc(m, cl, job, r, chip_docs, max_memory_frac, slots), format_for(out)))
         except InputError as ex:
             fail_input(ex)
         note(f"wrote {out}")

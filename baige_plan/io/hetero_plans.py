@@ -12,7 +12,6 @@ from baige_plan.io.models import model_to_dict
 from baige_plan.io.plans import PLAN_SCHEMA, PLANS_SCHEMA, _sha, cluster_doc, job_doc
 from baige_plan.io.serialize import Flow, estimate_dict, rnd, strategy_dict
 from baige_plan.search.hetero import HeteroResult, heterogeneous_efficiency
-from baige_plan.search.hetero_placement import hetero_placement
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
 from baige_plan.specs.pipeline import PipelinesSpec
@@ -59,7 +58,7 @@ def _search_doc(r: HeteroResult, file: bool, max_memory_frac: float) -> dict:
 
 
 def hetero_plan_doc(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, r: HeteroResult,
-                    chip_docs: dict[str, dict], max_memory_frac: float) -> dict:
+                    chip_docs: dict[str, dict], max_memory_frac: float, slots: list) -> dict:
     mdoc, cdoc, jdoc = model_to_dict(model), cluster_doc(cluster, chip_docs), job_doc(job)
     e, p = r.estimate, r.pipelines
     return {
@@ -70,7 +69,7 @@ def hetero_plan_doc(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, r: Het
         "strategy": Flow(strategy_dict(e.strategy, e.global_batch)),
         "pipelines": hetero_pipelines_doc(p, e),
         "estimate": hetero_estimate_dict(e, p, r.standalone),
-        "placement": [Flow(x.as_dict()) for x in hetero_placement(p, cluster)],
+        "placement": [Flow(x.as_dict()) for x in slots],
         "search": _search_doc(r, True, max_memory_frac),
     }
 

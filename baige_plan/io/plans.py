@@ -29,7 +29,6 @@ from baige_plan.io.serialize import Flow, estimate_dict, rnd, strategy_dict, to_
 from baige_plan.io.topologies import SCHEMA as TOPOLOGY_SCHEMA
 from baige_plan.io.topologies import cluster_from_dict
 from baige_plan.io.yamlio import check_keys, expect_schema, read_document
-from baige_plan.search.placement import placement
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
 from baige_plan.specs.strategy import StrategySpec, stage_layers
@@ -102,12 +101,13 @@ def search_doc(result, *, file: bool, runners_up: list[Estimate], max_memory_fra
 
 
 def plan_doc(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, e: Estimate, result, chip_docs: dict[str, dict],
-             max_memory_frac: float, runners_up: list[Estimate]) -> dict:
-    """The SPEC §4 plan document for one estimate of a homogeneous cluster."""
+             max_memory_frac: float, runners_up: list[Estimate], slots: list) -> dict:
+    """The SPEC §4 plan document for one estimate of a homogeneous cluster; `slots` is the finished
+    placement (search/placement.py), every rank once."""
     g = cluster.groups[0]
     s = e.strategy
     mdoc, cdoc, jdoc = model_to_dict(model), cluster_doc(cluster, chip_docs), job_doc(job)
-    place = [Flow(x.as_dict()) for x in placement(s.tp, s.cp, s.dp, s.pp, g.name, g.devices_per_node)]
+    place = [Flow(x.as_dict()) for x in slots]
     return {
         "schema": PLAN_SCHEMA,
         "tool": Flow(name="baige-plan", version=__version__),
