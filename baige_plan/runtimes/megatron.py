@@ -8,8 +8,10 @@ EP/ETP, distributed optimizer).
 Pinned: megatron-core 0.19.2 (PyPI). It is the first line of wheels that ships the argument parser
 (megatron/training/arguments.py: parse_args, validate_args; megatron-core <= 0.16.1 ships only
 megatron/core), and it needs Python >= 3.12. pretrain_gpt.py itself is not in the wheel: it is the
-Megatron-LM repository's entry point at the matching tag (core_v0.19.2). The export is checked
-against that parser by tests/integration/check_megatron.py.
+Megatron-LM repository's entry point on the release branch core_r0.19.0, whose
+megatron/training/arguments.py and core/transformer/transformer_config.py are identical to the
+wheel's; its __main__ runs parse_and_validate_args, gpt_config_from_args and
+pretrain_cfg_container_from_args, which tests/integration/check_megatron.py runs on the export.
 
 Space, verified against megatron-core 0.19.2 (paths inside the wheel):
 - ZeRO 0 (DDP, fp32 main-grad buffer: core/distributed/distributed_data_parallel.py) and 1
@@ -20,8 +22,8 @@ Space, verified against megatron-core 0.19.2 (paths inside the wheel):
   training/arguments.py validate_args: FSDP2 refuses pp > 1 and ep > 1, Megatron-FSDP wants
   CUDA_DEVICE_MAX_CONNECTIONS != 1 and --ckpt-format fsdp_dtensor), whose execution the cost model
   does not follow: not planned, and exported as ZeRO-1 with a caveat.
-- interleaved 1F1B (--num-virtual-stages-per-pipeline-rank): validate_args needs pp > 2, or pp > 1
-  with --overlap-p2p-communication (on by default); core/pipeline_parallel/schedules.py
+- interleaved 1F1B (--num-virtual-stages-per-pipeline-rank): validate_args needs pp > 1 with p2p
+  overlap (on by default), pp > 2 with --no-overlap-p2p-communication; core/pipeline_parallel/schedules.py
   forward_backward_pipelining_with_interleaving needs the micro-batch group (default
   --microbatch-group-size-per-virtual-pipeline-stage = pp, core/model_parallel_config.py) within
   [pp, M] and M % group == 0 or >= pp: with the default, micro-batches % pp == 0 (the space's rule).
@@ -67,7 +69,7 @@ from baige_plan.runtimes._common import Export, ExportFile, common_caveats, host
 from baige_plan.specs.runtime import GradSync, RuntimeSpec
 
 VERSION = "0.19.2"
-MEGATRON_LM_TAG = f"core_v{VERSION}"   # the Megatron-LM git tag whose pretrain_gpt.py matches the wheel
+MEGATRON_LM_REF = "core_r0.19.0"   # Megatron-LM release branch whose pretrain_gpt.py goes with the wheel
 
 
 def _grad_sync(zero: int, pp: int) -> GradSync:
@@ -227,6 +229,8 @@ def megatron_args(doc: dict) -> tuple[list[tuple[str, object]], list[str], list[
         a += [("--moe-layer-freq", moe_layer_freq(moe, i["layers"])), ("--moe-token-dispatcher-type", "alltoall"),
               ("--moe-grouped-gemm", None)]
     a += [("--tokenizer-type", "NullTokenizer"), ("--vocab-size", model["vocab"]), ("--mock-data", None)]
+    notes.append("needs Transformer Engine (--transformer-impl transformer_engine, the default): fused RoPE, "
+                 "context parallelism, FP8 and grouped GEMM run through it")
     notes.append(f"data: mock tokens with NullTokenizer (vocab {model['vocab']}, padded by Megatron to a multiple "
                  f"of 128*tp = {128 * tp}); replace with --data-path and a real tokenizer for training")
 
@@ -247,10 +251,19 @@ def megatron_args(doc: dict) -> tuple[list[tuple[str, object]], list[str], list[
                        "or torch FSDP2, whose execution this plan was not costed for; exported as ZeRO-1 "
                        "(--use-distributed-optimizer), which holds full gradients and parameters per rank: more "
                        "memory than planned")
+    overlap = s.get("overlap_grad_reduce", True)
     if zero >= 1:
-        a += [("--use-distributed-optimizer", None), ("--overlap-grad-reduce", None), ("--overlap-param-gather", None)]
-    else:
-        a.append(("--overlap-grad-reduce", None))
+        a.append(("--use-distributed-optimizer", None))
+    if overlap:   # validate_args: --overlap-param-gather needs the distributed optimizer and --overlap-grad-reduce
+        a += [("--overlap-grad-reduce", None)] + ([("--overlap-param-gather", None)] if zero >= 1 else [])
+    if s.get("tp_comm_overlap"):
+        if tp > 1 and s.get("sequence_parallel"):
+            a.append(("--tp-comm-overlap", None))
+        else:
+            caveats.append("tp_comm_overlap needs tp > 1 with sequence parallelism (validate_args); not exported")
+    if s.get("execution", "fused") != "fused":
+        caveats.append(f"execution={s['execution']}: Megatron runs fused kernels (Transformer Engine); the plan "
+                       "was costed for eager execution")
     rec = s.get("recompute", "none")
     if rec == "selective":
         a.append(("--recompute-granularity", "selective"))
@@ -293,7 +306,7 @@ def _launch_sh(i: dict, env: dict[str, str]) -> str:
     nnodes = sum(g["nodes"] for g in groups)
     nproc = groups[0]["devices_per_node"] if groups else 1
     lines = ["#!/usr/bin/env bash", f"# {i['title']}",
-             f"# Megatron-LM launch (megatron-core=={VERSION}; pretrain_gpt.py from Megatron-LM tag {MEGATRON_LM_TAG}).",
+             f"# Megatron-LM launch (megatron-core=={VERSION}; pretrain_gpt.py from Megatron-LM {MEGATRON_LM_REF}).",
              f"# Run once on every node: NODE_RANK=0..{nnodes - 1} (line order of ./hostfile), MASTER_ADDR = node 0.",
              "# MEGATRON_LM: the Megatron-LM checkout (default: the current folder); extra arguments are passed on",
              "# to pretrain_gpt.py after those in megatron_args.txt (MEGATRON_ARGS overrides that file's path).",
@@ -332,7 +345,7 @@ def export(doc: dict) -> Export:
     args, caveats, notes = megatron_args(doc)
     lines = [f"# {i['title']}",
              f"# {RUNTIME.title}: megatron-core=={VERSION} (PyPI), pretrain_gpt.py arguments "
-             f"(Megatron-LM tag {MEGATRON_LM_TAG}); one argument per line, shell-quoted"]
+             f"(Megatron-LM {MEGATRON_LM_REF}); one argument per line, shell-quoted"]
     lines += [f"# {n}" for n in notes]
     lines += [f"# cannot express: {c}" for c in caveats]
     lines += [k if v is None else f"{k} {_fmt(v)}" for k, v in args]

@@ -48,6 +48,7 @@ from itertools import combinations, product
 
 from ortools.sat.python import cp_model
 
+from baige_plan import runtimes
 from baige_plan.cost.compute import ChipRates
 from baige_plan.cost.estimate import Estimate, stage_cost
 from baige_plan.cost.hetero import _p2p_links, _stage_strategy, estimate_pipelines
@@ -373,29 +374,35 @@ def polish(model, cluster, job, p: PipelinesSpec, memory_frac: float,
     best = _exact(model, cluster, job, p, memory_frac, cache)
     if best is None:
         return p, None
-    evals, pos, since = 0, 0, 0
-    cands = list(_neighbours(p))
-    while cands and since < len(cands) and evals < max_evals:
-        cand = cands[pos % len(cands)]
-        pos += 1
-        since += 1
-        evals += 1
-        e = _exact(model, cluster, job, cand, memory_frac, cache)
-        if e is not None and e.step_time_s < best.step_time_s * (1 - 1e-12):
-            p, best, since = cand, e, 0
-            cands = list(_neighbours(p))
-    # Among equally fast splits prefer balanced ones: move a layer from the larger to the smaller of
-    # two adjacent identical stages while the step time does not grow (each move shrinks the imbalance).
-    smoothed = True
-    while smoothed and evals < 2 * max_evals:
-        smoothed = False
-        for cand in _smoothing_moves(p):
+    evals = 0
+    # improve, then smooth towards balanced splits at equal time; smoothing can open a new improving
+    # move, so repeat until a round changes nothing (or the evaluation budget is spent)
+    while True:
+        pos, since, moved = 0, 0, False
+        cands = list(_neighbours(p))
+        while cands and since < len(cands) and evals < max_evals:
+            cand = cands[pos % len(cands)]
+            pos += 1
+            since += 1
             evals += 1
             e = _exact(model, cluster, job, cand, memory_frac, cache)
-            if e is not None and e.step_time_s <= best.step_time_s * (1 + 1e-12):
-                p, best, smoothed = cand, e, True
-                break
-    return p, best
+            if e is not None and e.step_time_s < best.step_time_s * (1 - 1e-12):
+                p, best, since = cand, e, 0
+                cands = list(_neighbours(p))
+        # Among equally fast splits prefer balanced ones: move a layer from the larger to the smaller of
+        # two adjacent identical stages while the step time does not grow (each move shrinks the imbalance).
+        smoothed = True
+        while smoothed and evals < 2 * max_evals:
+            smoothed = False
+            for cand in _smoothing_moves(p):
+                evals += 1
+                e = _exact(model, cluster, job, cand, memory_frac, cache)
+                if e is not None and e.step_time_s <= best.step_time_s * (1 + 1e-12):
+                    moved = True
+                    p, best, smoothed = cand, e, True
+                    break
+        if not moved or evals >= max_evals:
+            return p, best
 
 
 def _smoothing_moves(p: PipelinesSpec):
@@ -474,6 +481,30 @@ def heterogeneous_efficiency(tokens_per_s: float, standalone: dict[str, float]) 
     return tokens_per_s / total if total > 0 else 0.0
 
 
+def pipelines_dicts(p: PipelinesSpec) -> tuple[list[dict], dict]:
+    """The plan-file form of the shapes (SPEC §4 `pipelines`) and the plan-wide knobs, for runtime rules."""
+    shapes = [{"replicas": sh.replicas, "micro_batches": sh.micro_batches, "strategy": dict(sh.knobs.items()),
+               "stages": [{"group": st.group, "layers": list(st.layers), "tp": st.tp} for st in sh.stages]}
+              for sh in p.shapes]
+    defaults = {"micro_batch": p.micro_batch, "zero": p.zero, "recompute": p.recompute,
+                "sequence_parallel": p.sequence_parallel, "attention": p.attention, "cp": 1, "ep": 1, "etp": 1,
+                "vpp": 1}
+    return shapes, defaults
+
+
+def _runtime_ok(cluster: ClusterSpec, model: ModelSpec, p: PipelinesSpec, refused: list[str]) -> bool:
+    """Whether the plan's runtime runs these shapes (its module's `shape_refusal`, when it has one)."""
+    rule = getattr(runtimes.module(p.runtime), "shape_refusal", None)
+    if rule is None:
+        return True
+    shapes, defaults = pipelines_dicts(p)
+    why = rule(shapes, defaults, devices_per_node={g.name: g.devices_per_node for g in cluster.groups},
+               tie_embeddings=model.tie_embeddings, families={g.name: g.chip.family for g in cluster.groups})
+    if why:
+        refused.append(why)
+    return why is None
+
+
 def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySpec, *, memory_frac: float = 0.9,
           time_limit_s: float = 10.0, per_group_top: int = 2, recompute_pinned: bool = False) -> HeteroResult:
     """Best heterogeneous plan. Tries recompute selective then full unless pinned."""
@@ -504,16 +535,25 @@ def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySp
         e = _exact(model, cluster, job, p, memory_frac)
         if e is not None:
             results.append((e.step_time_s, f"{t.label()} recompute {v.recompute}", p, e, status, gap))
+    # keep to what the runtime runs (e.g. FlagScale: one pipeline, no cp/vpp in hetero mode)
+    refused: list[str] = []
+    results = [r for r in results if _runtime_ok(cluster, model, r[2], refused)]
     # exact-model polish of the most promising solutions (moving layers / micro-batches)
     results.sort(key=lambda r: (r[0], r[1]))
     polished = []
     cut = [r for r in results if r[0] <= results[0][0] * POLISH_WITHIN][:POLISH_TOP] if results else []
     for n, (st_, lab, p, e, status, gap) in enumerate(cut):
         budget = POLISH_EVALS // 2 if n == 0 else POLISH_EVALS // (2 * max(1, len(cut) - 1))
+        if n == 0:   # long pipelines (FlagScale's single pipeline has many stages): room for several passes
+            budget = max(budget, 12 * len(list(_neighbours(p))))
         p2, e2 = polish(model, cluster, job, p, memory_frac, budget)
-        polished.append((e2.step_time_s, lab, p2, e2, status, gap) if e2 is not None else (st_, lab, p, e, status, gap))
+        ok2 = e2 is not None and _runtime_ok(cluster, model, p2, refused)
+        polished.append((e2.step_time_s, lab, p2, e2, status, gap) if ok2 else (st_, lab, p, e, status, gap))
     results = polished + results[len(cut):]
     if not results:
+        if refused:
+            raise SpecError("runtime", f"{base.runtime} runs none of the {len(refused)} plans that fit; first: "
+                            f"{refused[0]}")
         raise SpecError("cluster", f"none of {n_temps} pipeline templates fits in memory (tried recompute "
                         f"{', '.join(v.recompute for v in variants)}); add devices or lower the micro-batch")
     results.sort(key=lambda r: (r[0], r[1]))

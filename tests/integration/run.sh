@@ -13,9 +13,12 @@ pass=0; fail=0; skipped=0
 
 venv_for() {   # venv_for RUNTIME -> path of its python, (re)built when its requirements change
   local rt=$1 req=tests/integration/requirements-$1.txt dir=.venv-it/$1
-  local py; py=$(sed -n 's/^# *python: *//p' "$req" | head -1)
-  py=${py:-python3}
-  command -v "$py" >/dev/null 2>&1 || py=$(ls /root/.pyenv/versions/*/bin/"$py" 2>/dev/null | head -1)
+  local want py=""; want=$(sed -n 's/^# *python: *//p' "$req" | head -1); want=${want:-python3}
+  # an interpreter that really runs (pyenv shims exist for versions that are not active)
+  for cand in "$want" "$(basename "$want")" /root/.pyenv/versions/*/bin/"$(basename "$want")"; do
+    if "$cand" -c 'import sys' >/dev/null 2>&1; then py=$cand; break; fi
+  done
+  [ -n "$py" ] || { echo "no working $want for $1" >&2; return 1; }
   local stamp; stamp=$(sha256sum "$req" | cut -c1-16)
   if [ ! -x "$dir/bin/python" ] || [ "$(cat "$dir/.stamp" 2>/dev/null)" != "$stamp" ]; then
     rm -rf "$dir"
