@@ -1,46 +1,124 @@
-"""PaddlePaddle hybrid parallel through PaddleFormers' Trainer (TrainingArguments).
+"""PaddlePaddle hybrid parallel through PaddleFormers' Trainer (`paddleformers-cli train`).
 
-Space (paddleformers/trainer/training_args.py; paddle.distributed.fleet hybrid_configs):
-- dp, tensor (mp), pipeline (pp, with virtual pp = interleaved), sharding stage 1/2/3 (ZeRO-1/2/3);
-  with pipeline parallelism only sharding stage 1 (TrainingArguments refuses stage 2/3 with pp).
-- context parallel (ring flash attention), expert parallel; SP optional with TP.
-Execution semantics:
-- dp: gradients accumulate under no_sync and are all-reduced (fused buckets) in the last
-  micro-batch's backward; sharding stage 1: reduce(-scatter) of gradients before the optimizer step
-  and a parameter broadcast/all-gather after it, both exposed; stage 2: reduced during every
-  micro-batch's backward; with pp > 1 gradients are reduced after the pipeline flush.
+Pinned: paddleformers==1.2.0 on paddlepaddle==3.3.1 (tests/integration/requirements-paddle.txt; the
+export is checked by PaddleFormers' own parser in tests/integration/check_paddle.py). Sources below are
+files of those two wheels, as file:function.
+
+Space:
+- dp; tensor (mp) with optional sequence parallelism; pipeline with interleaving: vpp is
+  `virtual_pipeline_model_parallel_size`, and paddle/distributed/fleet/model.py:distributed_model picks the
+  schedule from it and the accumulation steps m: interleaved 1F1B (PipelineParallelWithInterleave) only when
+  m >= 2·pp, "forward-then-backward" (PipelineParallelWithInterleaveFthenB) when pp <= m < 2·pp; the
+  pipeline_configs `schedule_mode` field is read only by the static-graph pipeline optimizer. Layers split
+  equally (pp_layers.py:SegmentLayers.do_segment, "layer:" method: layers % (pp·vpp) == 0), or at the
+  boundaries a `pp_seg_method` list gives (ModelArguments; nn/pp_model.py literal_evals it; vpp 1 only:
+  PipelineLayer asserts a "layer:" method with vpp): uneven first/last stages for the native classes.
+- sharding stage 1/2/3 = ZeRO 1/2/3 over the dp ranks; with pp > 1 only stage 1
+  (trainer/training_args.py:TrainingArguments.__post_init__: "pipeline parallel is not compatible for
+  sharding stage2 or stage3"); stage 3 not with tp > 1 (trainer/trainer.py:Trainer._wrap_model).
+- expert parallelism (expert_model_parallel_size) only with sharding carrying all of dp
+  (training_args.py:_post_init_parallel_degree: data_parallel_size must be 1 with ep > 1) and with
+  tp | ep (sharding_parallel_size % moe_sharding_parallel_size == 0, moe_sharding = tp·cp·dp/ep); no
+  expert tensor parallelism (_post_init_parallel_degree asserts expert_tensor_model_parallel_size == 1).
+- context parallelism (context_parallel_size): Paddle 3.3.1 builds context-parallel groups only in
+  EPHybridCommunicateGroup (fleet/fleet.py:Fleet._create_hcg, used only when ep_degree > 1; the plain
+  HybridCommunicateGroup has no CP group and TrainingArguments.cp_sharding_degree asserts), carved out of
+  the sharding group (dataset_world_size asserts data_parallel_size == 1); PaddleFormers splits the sequence
+  only for PaddleFleet models (trainer.py:Trainer._get_inputs_list). So cp > 1 needs an MoE model, ep > 1
+  and zero >= 1.
+- recompute: only full (granularity full, method uniform, 1 layer: the only combination
+  transformers/llama/modeling.py:LlamaModel.forward and nn/pp_model.py honour; no selective recompute).
+- bf16 / fp16 (AMP O2, fp32 master gradients) / fp32; no fp8 for these model classes.
+Execution semantics (trainer/trainer.py:Trainer._inner_training_loop, amp_master_grad on as by default):
+- dp (no sharding): gradients accumulate under no_sync (or unsynchronised hybrid layers) and are
+  all-reduced once, after the last micro-batch's backward (fused_allreduce_gradients_no_sync): exposed;
+- sharding stage 1 (DygraphShardingOptimizer, split_param on by default): reduce-scatter once per step
+  after the last backward, all-gather of the updated parameters after the step, both exposed;
+- stage 2 (GroupShardedStage2): gradients reduced to their owner by backward hooks in every micro-batch's
+  backward, synchronously (sync_op=True unless stage2_overlap), parameters broadcast after the step;
+- with pp > 1 (training_pipeline_step then the same reduction): after the pipeline flush.
 """
 
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
-from baige_plan.runtimes._common import Export, ExportFile, common_caveats, plan_info
+from baige_plan.runtimes._common import Export, ExportFile, common_caveats, hostfile_lines, plan_info
 from baige_plan.specs.runtime import GradSync, RuntimeSpec
+
+RUNTIME_VERSION = "1.2.0"     # paddleformers (RUNTIME.version)
+PADDLE_VERSION = "3.3.1"      # paddlepaddle the pinned paddleformers runs on (and check_paddle.py uses)
+ARGS_FILE = "paddleformers_args.yaml"
+CONFIG_FILE = "config.json"   # model config (AutoConfig.from_pretrained(<folder>) reads <folder>/config.json)
+LAUNCHER = "paddleformers/cli/launcher.py"   # what `paddleformers-cli train` runs under paddle.distributed.launch
 
 
 def _grad_sync(zero: int, pp: int) -> GradSync:
     if zero == 2:
-        return GradSync(grads="micro_batch", overlap="backward", params="after_step")
+        return GradSync(grads="micro_batch", overlap="none", params="after_step")
     if zero == 1:
         return GradSync(grads="step", overlap="none", params="after_step")
-    return GradSync(grads="step", overlap="none" if pp > 1 else "backward", params="none")
+    return GradSync(grads="step", overlap="none", params="none")
+
+
+def _get(o, k, default=None):
+    return o.get(k, default) if isinstance(o, dict) else getattr(o, k, default)
+
+
+def _extra_refusal(s, model=None, job=None) -> str | None:
+    """Rules of PaddleFormers 1.2 / Paddle 3.3.1 beyond the RuntimeSpec fields (see the module docstring)."""
+    tp, pp, dp, cp, ep, z, vpp = s.tp, s.pp, s.dp, s.cp, s.ep, s.zero, s.vpp
+    act = _get(model, "activation") if model is not None else None
+    if act and act != "swiglu":
+        return (f"PaddleFormers {RUNTIME_VERSION} has no decoder class with a non-gated {act} MLP "
+                "(its GPT-style models are gone; Llama/Qwen/ERNIE are SwiGLU)")
+    if cp > 1 and ep == 1:
+        return (f"paddle runs context parallelism (cp={cp}) only inside its expert-parallel topology "
+                "(Paddle 3.3.1 Fleet._create_hcg builds CP groups only when ep > 1) on PaddleFleet MoE models; "
+                "dense models and ep=1 have no CP")
+    if cp > 1 and z == 0:
+        return (f"paddle carves context parallelism (cp={cp}) out of the sharding group: it needs zero >= 1 "
+                "(TrainingArguments.dataset_world_size: CP cannot coexist with data parallel)")
+    if ep > 1:
+        if z == 0 and dp * cp > 1:
+            return (f"paddle runs expert parallelism (ep={ep}) only with sharding over the data-parallel ranks "
+                    f"(zero >= 1): data_parallel_size must be 1, here dp·cp={dp * cp} with zero=0")
+        moe_sharding = tp * cp * dp // ep
+        sharding = dp * cp if z else 1
+        if moe_sharding > 1 and sharding > 1 and sharding % moe_sharding:
+            return (f"paddle needs sharding_parallel_size (dp·cp={sharding}) divisible by moe_sharding "
+                    f"(tp·cp·dp/ep={moe_sharding}), i.e. ep={ep} a multiple of tp={tp}")
+    uneven = getattr(s, "first_stage_layers", None) or getattr(s, "last_stage_layers", None)
+    if uneven and model is not None and _get(model, "moe"):
+        return ("paddle sets uneven pipeline stages (pp_seg_method) only for its native decoder classes, "
+                "not for PaddleFleet MoE models")
+    if z == 3 and tp > 1:
+        return f"paddle runs sharding stage3 without tensor parallelism only (tp={tp})"
+    if vpp > 1 and job is not None:
+        gb = _get(job, "global_batch")
+        if gb:
+            m = gb // (dp * s.micro_batch)
+            if m < 2 * pp:
+                return (f"paddle runs the interleaved 1F1B schedule (vpp={vpp}) only with micro-batches per "
+                        f"replica >= 2·pp = {2 * pp}, here {m} (fewer runs forward-then-backward or fails)")
+    return None
 
 
 RUNTIME = RuntimeSpec(
     name="paddle",
     title="PaddlePaddle hybrid parallel (PaddleFormers Trainer)",
     package="paddleformers",
-    version="1.2.0",
+    version=RUNTIME_VERSION,
     zero_stages=(0, 1, 2, 3),
     zero_stages_with_pp=(0, 1),
     interleaved=True,
     context_parallel=True,
     expert_parallel=True,
     expert_tensor_parallel=False,
-    uneven_split=False,
+    uneven_split=True,        # pp_seg_method boundaries (dense, vpp 1; _extra_refusal)
     sequence_parallel="optional",
-    recompute=("none", "selective", "full"),
+    recompute=("none", "full"),
     precisions=("bf16", "fp16", "fp32"),
     heterogeneous=False,
     schedules=("1F1B", "VPP"),
@@ -48,18 +126,193 @@ RUNTIME = RuntimeSpec(
     zero3_impl="fsdp",
     zero3_gather=lambda pp: "micro_batch",
     grad_sync=_grad_sync,
-    notes=("paddleformers/trainer/training_args.py: sharding stage2/3 refused with pipeline parallel",),
+    notes=(f"paddleformers 1.2.0 on paddlepaddle {PADDLE_VERSION}",
+           "paddleformers/trainer/training_args.py:TrainingArguments.__post_init__: sharding stage2/3 refused "
+           "with pipeline parallel; _post_init_parallel_degree: ep needs data_parallel_size 1, etp 1",
+           "paddleformers/trainer/trainer.py:Trainer._inner_training_loop: gradient reduction after the last "
+           "micro-batch (dp, stage 1, pp); GroupShardedStage2 backward hooks reduce every micro-batch",
+           "paddle/distributed/fleet/fleet.py:Fleet._create_hcg: context parallel groups only with ep > 1",
+           "paddle/distributed/fleet/model.py:distributed_model: interleaved 1F1B needs m >= 2·pp",
+           "paddleformers/transformers/llama/modeling.py:LlamaModel.forward: only full/uniform/1 recompute"),
+    extra_refusal=_extra_refusal,
 )
+
+
+def _strategy(s: dict, dp: int, m: int) -> SimpleNamespace:
+    return SimpleNamespace(tp=s["tp"], pp=s["pp"], dp=dp, cp=s.get("cp", 1), ep=s.get("ep", 1), etp=s.get("etp", 1),
+                           zero=s.get("zero", 0), micro_batch=s["micro_batch"], vpp=s.get("vpp", 1),
+                           recompute=s.get("recompute", "none"), sequence_parallel=bool(s.get("sequence_parallel")),
+                           first_stage_layers=s.get("first_stage_layers"), last_stage_layers=s.get("last_stage_layers"))
+
+
+def moe_layers(model: dict) -> list[int]:
+    """0-based indices of the MoE layers (baige-plan MoESpec: i >= first_dense_layers and
+    (i - first_dense_layers) % layer_freq == 0)."""
+    moe = model.get("moe") or {}
+    first, freq = moe.get("first_dense_layers", 0), moe.get("layer_freq", 1)
+    return [i for i in range(model["layers"]) if i >= first and (i - first) % freq == 0]
+
+
+def model_config(model: dict, seq_len: int) -> tuple[dict, list[str]]:
+    """The Hugging-Face-style config.json PaddleFormers' AutoConfig loads for a model of this shape, and what
+    it cannot express. Dense: LlamaForCausalLM (native PaddleFormers, TP/PP/SP). MoE: Qwen3MoeForCausalLM,
+    PaddleFormers 1.2's general top-k MoE decoder without shared experts (a PaddleFleet model)."""
+    caveats: list[str] = []
+    cfg = {"hidden_size": model["hidden"], "num_hidden_layers": model["layers"],
+           "num_attention_heads": model["heads"], "num_key_value_heads": model.get("kv_heads") or model["heads"],
+           "head_dim": model.get("head_dim") or model["hidden"] // model["heads"],
+           "intermediate_size": model["ffn_hidden"], "vocab_size": model["vocab"],
+           "max_position_embeddings": max(seq_len, model.get("seq_len") or 0),
+           "tie_word_embeddings": bool(model.get("tie_embeddings", False)), "hidden_act": "silu",
+           "rms_norm_eps": 1e-5, "attention_bias": False}
+    if model.get("activation", "swiglu") != "swiglu":
+        caveats.append(f"activation {model.get('activation')!r}: PaddleFormers 1.2 has no GPT-style (non-gated) "
+                       "decoder class; config.json describes a SwiGLU Llama of the same widths (its MLP has 1.5x "
+                       "the FLOPs and parameters), not this model")
+    if model.get("dropout"):
+        caveats.append(f"dropout {model['dropout']}: the Llama/Qwen3-MoE classes train without hidden dropout")
+    moe = model.get("moe")
+    if not moe:
+        cfg.update({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "mlp_bias": False})
+        return cfg, caveats
+    sparse = set(moe_layers(model))
+    cfg.update({"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+                "num_experts": moe["experts"], "num_experts_per_tok": moe["top_k"],
+                "moe_intermediate_size": moe["expert_ffn_hidden"], "norm_topk_prob": True,
+                "decoder_sparse_step": 1, "mlp_only_layers": [i for i in range(model["layers"]) if i not in sparse]})
+    caveats.append(f"MoE model {model['name']!r} is exported as PaddleFormers' Qwen3MoeForCausalLM with its shapes "
+                   "(PaddleFormers 1.2 has no class of its own for it; Qwen3-MoE adds per-head q/k RMSNorm); it is "
+                   "a PaddleFleet model: install paddleformers[paddlefleet] (paddlefleet==0.3.0, from Paddle's "
+                   "package index, not PyPI) on the GPU nodes")
+    if moe.get("shared_experts"):
+        caveats.append(f"{moe['shared_experts']} shared expert(s) are not expressible in Qwen3MoeForCausalLM; "
+                       "the exported model has none")
+    return cfg, caveats
+
+
+def training_args(doc: dict) -> tuple[dict, list[str]]:
+    """The PaddleFormers 1.2 `paddleformers-cli train` arguments (ModelArguments, DataArguments,
+    FinetuningArguments = TrainingArguments) for the plan, and what they cannot express."""
+    i = plan_info(doc)
+    s, job, model = i["s"], i["job"], i["model"]
+    tp, pp, dp, cp, ep = s["tp"], s["pp"], s["dp"], s.get("cp", 1), s.get("ep", 1)
+    z, vpp, mb, m = s.get("zero", 0), s.get("vpp", 1), s["micro_batch"], i["m"]
+    caveats: list[str] = []
+    a: dict = {
+        # ModelArguments: a fresh model (pretraining) built from <model_name_or_path>/config.json
+        "stage": "PT", "fine_tuning": "full", "model_name_or_path": ".", "continue_training": False,
+        # DataArguments: Megatron-style indexed pretraining data ("WEIGHT PREFIX ...", launch.sh fills it)
+        "dataset_type": "pretrain", "input_dir": "1.0 ./data/pretrain_text_document", "split": "1000,0,0",
+        "max_seq_len": job["seq_len"],
+        # TrainingArguments
+        "output_dir": "./checkpoints", "do_train": True, "do_eval": False, "max_steps": 1000,
+        "per_device_train_batch_size": mb, "per_device_eval_batch_size": mb, "gradient_accumulation_steps": m,
+        "tensor_model_parallel_size": tp, "pipeline_model_parallel_size": pp,
+    }
+    if pp > 1:
+        a["virtual_pipeline_model_parallel_size"] = vpp
+    a["sequence_parallel"] = bool(s.get("sequence_parallel")) and tp > 1
+    if z:
+        a["sharding"] = f"stage{z}"
+        a["sharding_parallel_size"] = dp * cp       # cp ranks are carved out of the sharding group
+    else:
+        a["sharding"] = ""                          # TrainingArguments defaults to "stage1"
+    if cp > 1:
+        a["context_parallel_size"] = cp
+    if ep > 1:
+        a.update({"use_expert_parallel": True, "expert_model_parallel_size": ep,
+                  "moe_token_dispatcher_type": "alltoall"})
+    if s.get("etp", 1) > 1:
+        caveats.append(f"expert tensor parallelism (etp={s['etp']}) is not supported by PaddleFormers 1.2; not exported")
+    prec = job.get("precision", "bf16")
+    if prec == "fp8":
+        caveats.append("fp8: PaddleFormers 1.2 trains fp8 only in its DeepSeek-V3/ERNIE pretraining paths, not "
+                       "with these model classes; exported as bf16")
+        prec = "bf16"
+    if prec in ("bf16", "fp16"):
+        a.update({"compute_type": prec, "bf16": prec == "bf16", "fp16": prec == "fp16", "fp16_opt_level": "O2",
+                  "amp_master_grad": True})
+    else:   # fp32: FinetuningArguments.compute_type "float32"; master grads need AMP
+        a.update({"compute_type": "float32", "bf16": False, "fp16": False, "amp_master_grad": False})
+    rc = s.get("recompute", "none")
+    if rc == "full":
+        a.update({"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1})
+    elif rc == "selective":
+        caveats.append("selective recompute: PaddleFormers 1.2's Llama and pipeline layers implement only full "
+                       "recompute (granularity full, method uniform, 1 layer); exported without recompute, which "
+                       "needs more activation memory than planned")
+    counts = i["counts"]
+    if pp > 1 and len(set(counts)) > 1:
+        if vpp == 1 and not model.get("moe"):
+            # pp_layers.py:SegmentLayers.do_segment takes a list of boundaries over the pipeline's layer list
+            # [embedding, decoder layers..., norm, lm_head]; embedding goes with the first stage
+            bounds = [0]
+            for c in counts[:-1]:
+                bounds.append(bounds[-1] + c + (1 if len(bounds) == 1 else 0))
+            a["pp_seg_method"] = str(bounds)
+        else:
+            caveats.append(f"uneven layer split {counts} is not expressible with vpp or PaddleFleet models: Paddle "
+                           "splits the layers equally")
+    refusal = RUNTIME.refusal(_strategy(s, dp, m), SimpleNamespace(moe=model.get("moe"), activation=model.get("activation", "swiglu")),
+                              SimpleNamespace(precision=job.get("precision", "bf16"), global_batch=i["gb"]))
+    if refusal:
+        caveats.insert(0, f"PaddleFormers {RUNTIME.version} / Paddle {PADDLE_VERSION} refuse this plan: {refusal}")
+    return a, caveats
+
+
+def _yaml(args: dict) -> str:
+    # JSON scalars and flow lists are YAML: safe_load reads them back with the same types
+    return "".join(f"{k}: {json.dumps(v)}\n" for k, v in args.items())
 
 
 def export(doc: dict) -> Export:
     i = plan_info(doc)
-    s = i["s"]
+    s, job, model = i["s"], i["job"], i["model"]
     caveats = common_caveats(i)
-    z = s["zero"]
-    args = {"tensor_parallel_degree": s["tp"], "pipeline_parallel_degree": s["pp"],
-            "sharding_parallel_degree": s["dp"] if z else 1, "sharding": f"stage{z}" if z else "",
-            "per_device_train_batch_size": s["micro_batch"], "gradient_accumulation_steps": i["m"],
-            "max_seq_length": i["job"]["seq_len"]}
-    text = f"# {i['title']}\n# {RUNTIME.title} {RUNTIME.package}=={RUNTIME.version}\n" + json.dumps(args, indent=2) + "\n"
-    return Export((ExportFile("paddleformers_args.json", text),), tuple(caveats))
+    args, arg_caveats = training_args(doc)
+    cfg, cfg_caveats = model_config(model, job["seq_len"])
+    caveats += arg_caveats + cfg_caveats
+    pins = f"paddleformers=={RUNTIME.version} on paddlepaddle=={PADDLE_VERSION} (GPU build on the nodes)"
+    head = [f"# {i['title']}", f"# {RUNTIME.title}: {pins}",
+            "# `paddleformers-cli train` arguments (ModelArguments, DataArguments, TrainingArguments);",
+            "# launch.sh overrides model_name_or_path and input_dir; any key=value after it overrides more"]
+    head += [f"# cannot express: {c}" for c in caveats]
+    strat = (f"# plan: tp={s['tp']} pp={s['pp']} vpp={s.get('vpp', 1)} dp={s['dp']} cp={s.get('cp', 1)} "
+             f"ep={s.get('ep', 1)} zero={s.get('zero', 0)} micro_batch={s['micro_batch']} micro_batches={i['m']} "
+             f"global_batch={i['gb']} world={i['devices'] or s['tp'] * s['pp'] * s['dp'] * s.get('cp', 1)}")
+    args_text = "\n".join(head + [strat]) + "\n" + _yaml(args)
+
+    groups = i["cluster"].get("groups", [])
+    dpn = groups[0]["devices_per_node"] if groups else 8
+    devices = ",".join(str(d) for d in range(dpn))
+    hosts = hostfile_lines(i, fmt="plain")
+    launch = [
+        "#!/usr/bin/env bash",
+        f"# {i['title']}",
+        f"# {RUNTIME.title}: {pins}",
+        "# Run the same command on every node (Paddle's launcher finds its rank from --ips):",
+        "#   IPS=10.0.0.1,10.0.0.2 DATA=\"1.0 /data/corpus_text_document\" MODEL_DIR=/path/with/config+tokenizer \\",
+        "#     ./launch.sh [key=value ...]     (e.g. max_steps=20000 learning_rate=3e-4)",
+        "# MODEL_DIR holds config.json (this folder's, the plan's model shape) and the model's tokenizer files.",
+    ]
+    launch += [f"# cannot express: {c}" for c in caveats]
+    launch += [
+        "set -euo pipefail",
+        'HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
+        'IPS="${IPS:-$(grep -v \'^#\' "$HERE/hostfile" | awk \'NF {print $1}\' | paste -sd, -)}"',
+        'MODEL_DIR="${MODEL_DIR:-$HERE}"',
+        'DATA="${DATA:-1.0 ./data/pretrain_text_document}"',
+        'PYTHON="${PYTHON:-python}"',
+        'ENTRY="$("$PYTHON" -c \'import paddleformers.cli.launcher as m; print(m.__file__)\')"',
+        f'exec "$PYTHON" -m paddle.distributed.launch --ips "$IPS" --devices {devices} --log_dir "$HERE/log" \\',
+        f'    "$ENTRY" train "$HERE/{ARGS_FILE}" model_name_or_path="$MODEL_DIR" input_dir="$DATA" "$@"',
+    ]
+    hostfile = [f"# {i['title']}", "# one node per line (placeholder names: replace with the nodes' IPs, in rank order)"]
+    hostfile += hosts
+    return Export((ExportFile(ARGS_FILE, args_text),
+                   ExportFile(CONFIG_FILE, json.dumps(cfg, indent=2) + "\n"),
+                   ExportFile("launch.sh", "\n".join(launch) + "\n"),
+                   ExportFile("hostfile", "\n".join(hostfile) + "\n")), tuple(caveats))
+
+
+__all__ = ["RUNTIME", "PADDLE_VERSION", "export", "training_args", "model_config", "moe_layers"]
