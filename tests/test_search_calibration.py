@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from baige_plan import runtimes
 from baige_plan.cost.estimate import estimate
 from baige_plan.io.catalog import Catalog
 from baige_plan.io.runs import load_runs
@@ -28,6 +29,11 @@ def test_top_plan_not_slower_than_published(i):
     g = c.cluster.groups[0]
     pub = estimate(c.model, c.cluster, c.job, c.strategy, 1.0)
     assert pub.fits, c.id
+    why = runtimes.get(c.strategy.runtime).refusal(c.strategy, c.model, c.job)
+    if why:
+        # BLOOM-176B ran BigScience's Megatron-DeepSpeed fork, whose embedding-counted partition (5/6x10/5)
+        # DeepSpeed's own PipelineModule (type:transformer) does not produce: not in the runtime's space
+        pytest.skip(f"{c.id}: the published configuration is outside {c.strategy.runtime}'s space: {why}")
     bounds = Bounds(max_tp=max(g.devices_per_node, c.strategy.tp), max_memory_frac=1.0,
                     max_micro_batch=max(16, c.strategy.micro_batch), runtime=c.strategy.runtime)
     pins = Pins(attention=c.strategy.attention)

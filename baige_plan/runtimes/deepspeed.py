@@ -89,15 +89,6 @@ def _grad_sync(zero: int, pp: int) -> GradSync:
 
 
 def _refusal(s, model, job) -> str | None:
-    if (s.first_stage_layers or s.last_stage_layers) and model is not None:
-        # PipelineModule(partition_method="type:transformer|embedding") balances transformer layers and the
-        # two embedding layers: with (L + 2) % pp == 0 every stage holds (L + 2)/pp of them, so the first
-        # and last stages have one transformer layer fewer (BLOOM-176B: 70 layers, pp 12 -> 5, 6 x 10, 5)
-        per, rem = divmod(model.layers + 2, s.pp)
-        if rem or (s.first_stage_layers, s.last_stage_layers) != (per - 1, per - 1):
-            return (f"DeepSpeed's PipelineModule splits {model.layers} layers over pp={s.pp} by its partition method "
-                    f"(type:transformer|embedding gives first/last {per - 1} when (layers+2) % pp == 0), not "
-                    f"first={s.first_stage_layers} last={s.last_stage_layers}")
     if s.zero >= 3 and model is not None and getattr(model, "moe", None) is not None:
         return ("DeepSpeed refuses its native MoE layers (what Megatron-DeepSpeed builds) under ZeRO-3 "
                 "(deepspeed/runtime/engine.py DeepSpeedEngine._validate_zero3_moe_compatibility)")
@@ -115,7 +106,7 @@ RUNTIME = RuntimeSpec(
     context_parallel=False,
     expert_parallel=True,
     expert_tensor_parallel=False,
-    uneven_split=True,    # only DeepSpeed's embedding-counted balanced split (see _refusal)
+    uneven_split=False,   # PipelineModule's balanced partition is not a first/last split (see docstring)
     sequence_parallel="optional",
     recompute=("none", "selective", "full"),
     precisions=("bf16", "fp16", "fp32"),
