@@ -1,46 +1,240 @@
-"""torchtitan: FSDP2 / HSDP + TP (+ async TP) + torch.distributed.pipelining schedules + CP, eager
-PyTorch unless compiled.
+"""torchtitan 0.3.0 (on torch 2.14): FSDP2 / HSDP + TP (+SP) + torch.distributed.pipelining schedules
++ CP + EP, eager PyTorch unless compiled. Verified against the installed wheels (torchtitan==0.3.0,
+torch==2.14.1); paths below are inside those packages.
 
-Space (torchtitan/distributed/parallel_dims.py, torchtitan/models/*/parallelize.py):
-- data parallel as DDP (data_parallel_replicate_degree, ZeRO-0) or FSDP2 full shard
-  (data_parallel_shard_degree, ZeRO-3); no ZeRO-1/2 as such.
-- TP always shards norms along the sequence (SP on with TP); PP schedules 1F1B, Interleaved1F1B
-  (vpp > 1), GPipe, ZBV...; CP (ring attention over SDPA); EP / ETP for MoE models.
-- fp16 is not a training dtype (mixed_precision_param is bfloat16 or float32); fp8 via float8 converters.
+Configuration (torchtitan/config/manager.py ConfigManager): 0.3.0 has no TOML job files. A job is
+`--module MODULE --config FUNCTION` (FUNCTION in MODULE.config_registry returns a Trainer.Config; the
+model and its converters, e.g. float8, are set there, `model_spec` is not a CLI field) followed by
+tyro flags `--section.field value` (torchtitan/trainer.py Trainer.Config; torchtitan/config/configs.py)
+and, last, the activation-checkpointing subcommand `activation-checkpoint:{none,selective,full}`
+(torchtitan/distributed/activation_checkpoint.py ActivationCheckpointingConfig; tyro rejects parent
+flags after it). 0.3.0 still names the batch `training.local_batch_size` / `global_batch_size` /
+`seq_len` and `parallelism.pipeline_parallel_microbatch_size` (the num_tokens_* / max_context_length /
+num_pp_microbatches names are post-0.3.0 HEAD); there is no `expert_tensor_parallel_degree`.
+
+Space:
+- data parallel: `data_parallel_replicate_degree` (ZeRO-0) or `data_parallel_shard_degree` (FSDP2 full
+  shard, ZeRO-3). 0.3.0 has no DDP wrapper any more: models/llama3/parallelize.py parallelize_llama
+  always calls distributed/fsdp.py apply_fsdp_to_decoder (replicate-only = HSDP with shard size 1). No
+  ZeRO-1/2. With cp > 1 the parameters are always FSDP-sharded over the CP ranks
+  (distributed/full_dtensor.py resolve_fsdp_mesh: shard axes dp_shard + cp; parallel_dims.py
+  build_mesh: "when cp is used, FSDP is also applied"), so ZeRO-0 with cp > 1 is not expressible.
+- TP with sequence parallelism optional: `parallelism.enable_sequence_parallel` (default on;
+  models/llama3/model.py update_from_config -> set_llama3_sharding_config(enable_sp=...)).
+- PP: torch.distributed.pipelining 1F1B / Interleaved1F1B (vpp > 1, `pipeline_parallel_layers_per_stage`
+  = layers per virtual stage); any layer split, uneven first/last stages included, through
+  `module_fqns_per_model_part` (distributed/pipeline_parallel.py pipeline_llm); Schedule1F1B needs
+  micro-batches >= pp (torch/distributed/pipelining/schedules.py Schedule1F1B.__init__); pp > 1 needs
+  `training.disable_cuda_graphs` (trainer.py Trainer.Config._validate_cuda_graphs).
+- CP: K/V all-gathered across the CP ranks (FlexAttention, the llama3/qwen3 default backend; the
+  SDPA ring path is refused under the default spmd_types backend: full_dtensor.py validate_config);
+  seq_len % (tp if SP) * 2cp == 0 (trainer.py Trainer.__init__).
+- EP: experts sharded over `expert_parallel_degree` ranks borrowed from dp_shard x cp x tp
+  (configs.py ParallelismConfig.expert_parallel_degree: efsdp = dp_shard*cp*tp/ep); no separate ETP:
+  with ep == 1 the experts are TP-sharded over tp (models/common/moe_sharding.py
+  expert_param_placement_dense), with ep > 1 they are not TP-sharded. EP's token dispatch syncs with
+  the host, so it also needs `training.disable_cuda_graphs`.
+- precision: `training.mixed_precision_param` bfloat16 | float32 (no fp16, no loss scaling); fp8 is a
+  model converter (components/quantization/float8.py Float8LinearConverter, needs torchao and SM89+).
+- recompute: FullAC ("full") and none. Its "selective" (SelectiveAC) is op-level SAC that recomputes
+  every second matmul, not the core-attention recompute the planner costs as "selective".
 Execution semantics:
-- pp == 1: the training loop calls backward per micro-batch with no no_sync, so DDP all-reduces and
-  FSDP2 reduce-scatters every micro-batch (overlapped with that backward), and FSDP2 gathers the
-  parameters for every micro-batch's forward and backward.
-- pp > 1: torch.distributed.pipelining's stage runs backward_maybe_with_nosync: gradient sync and
-  resharding are off for all but the last micro-batch, so one gather and one reduce per step, with
-  the stage's unsharded parameters and gradients resident through the step.
-- eager kernels (cost/execution.py) unless torch.compile.
+- pp == 1: trainer.py train_step runs forward_backward_step per micro-batch with no no_sync, so FSDP2
+  reduces (reduce-scatter; all-reduce over the replicate axis) every micro-batch, overlapped with that
+  backward, and (fsdp.py get_fsdp_reshard_after_forward_policy "default" = not pp_enabled) reshards
+  after forward: parameters are gathered for every micro-batch's forward and again for its backward.
+- pp > 1: reshard_after_forward defaults off; torch/distributed/pipelining/stage.py
+  backward_maybe_with_nosync turns gradient sync and resharding off for every backward, and
+  perform_reduce_grad (Schedule1F1B._step_microbatches' end; the REDUCE_GRAD action after a stage's
+  last backward in Interleaved1F1B) runs the stage's reduction once per step after its backward and
+  makes the compute stream wait for it (_root_post_backward_final_callback): one gather and one
+  reduction per step, not overlapped with backward; unsharded parameters and (fp32, reduce_dtype)
+  gradients stay resident through the step. Interleaved1F1B keeps at most 3 local stages gathered
+  (schedules.py _add_unshard_reshard max_active_stages=3): with vpp > 3 stages are re-gathered within
+  the step, so zero=3 with vpp > 3 is refused.
+- eager kernels (cost/execution.py): the export sets --compile.no_enable. With pp == 1 and ep == 1
+  torchtitan 0.3.0 captures forward+backward in a CUDA graph by default (trainer.py wrap_with_cuda_graph).
 """
 
 from __future__ import annotations
 
-from baige_plan.runtimes._common import Export, ExportFile, common_caveats, plan_info
+import re
+import textwrap
+from dataclasses import dataclass
+from functools import lru_cache
+
+from baige_plan.errors import SpecError
+from baige_plan.runtimes._common import Export, ExportFile, common_caveats, hostfile_lines, plan_info
 from baige_plan.specs.runtime import GradSync, RuntimeSpec
+
+VERSION = "0.3.0"
+TORCH_VERSION = "2.14.1"
+ARGS_FILE = "torchtitan_args.txt"
+CONFIG_MODULE = "baige_torchtitan_config"      # generated config_registry module (when one is needed)
+CONFIG_FUNCTION = "baige_plan"
+MAX_ACTIVE_STAGES = 3      # torch/distributed/pipelining/schedules.py _add_unshard_reshard(max_active_stages=3)
+
+
+@dataclass(frozen=True)
+class Flavor:
+    """A torchtitan 0.3.0 model: MODULE's model_registry(FLAVOR), with the shape the planner sees."""
+
+    module: str                 # torchtitan.models.<module>
+    flavor: str                 # model_registry key
+    config: str | None          # config_registry function that builds exactly this model, bf16, eager
+    base: str                   # config_registry function a generated module starts from
+    hf_assets: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    ffn_hidden: int | None      # None: every layer is MoE
+    vocab: int
+    tie_embeddings: bool = False
+    experts: int = 0
+    top_k: int = 0
+    expert_ffn_hidden: int = 0
+    why_generated: str = ""
+
+
+# Shapes read from torchtitan 0.3.0 (models/llama3/__init__.py llama3_configs, models/qwen3/__init__.py
+# qwen3_configs); tests/integration/check_torchtitan.py compares every exported one with the installed
+# model_registry. llama3_405b() is not used: it hard-wires the float8 converter (torchao, SM89+) and
+# torch.compile with async TP.
+FLAVORS = (
+    Flavor("llama3", "8B", "llama3_8b", "llama3_8b", "./assets/hf/Llama-3.1-8B", 32, 4096, 32, 8, 128, 14336, 128256),
+    Flavor("llama3", "70B", "llama3_70b", "llama3_70b", "./assets/hf/Llama-3.1-70B", 80, 8192, 64, 8, 128, 28672,
+           128256),
+    Flavor("llama3", "405B", None, "llama3_70b", "./assets/hf/Llama-3.1-405B", 126, 16384, 128, 8, 128, 53248,
+           128256, why_generated="torchtitan's llama3_405b() hard-wires the float8 converter and torch.compile "
+           "with async TP"),
+    Flavor("qwen3", "0.6B", "qwen3_0_6b", "qwen3_0_6b", "./assets/hf/Qwen3-0.6B", 28, 1024, 16, 8, 128, 3072, 151936,
+           tie_embeddings=True),
+    Flavor("qwen3", "1.7B", "qwen3_1_7b", "qwen3_1_7b", "./assets/hf/Qwen3-1.7B", 28, 2048, 16, 8, 128, 6144, 151936,
+           tie_embeddings=True),
+    Flavor("qwen3", "14B", "qwen3_14b", "qwen3_14b", "./assets/hf/Qwen3-14B", 40, 5120, 40, 8, 128, 17408, 151936),
+    Flavor("qwen3", "32B", "qwen3_32b", "qwen3_32b", "./assets/hf/Qwen3-32B", 64, 5120, 64, 8, 128, 25600, 151936),
+    Flavor("qwen3", "30B-A3B", "qwen3_30b_a3b", "qwen3_30b_a3b", "./assets/hf/Qwen3-30B-A3B", 48, 2048, 32, 4, 128,
+           None, 151936, experts=128, top_k=8, expert_ffn_hidden=768),
+    Flavor("qwen3", "235B-A22B", None, "qwen3_30b_a3b", "./assets/hf/Qwen3-235B-A22B", 94, 4096, 64, 4, 128, None,
+           151936, experts=128, top_k=8, expert_ffn_hidden=1536,
+           why_generated="torchtitan 0.3.0 registers the 235B-A22B flavor but has no config_registry function "
+           "for it"),
+)
+
+
+def _get(model, key, default=None):
+    if isinstance(model, dict):
+        return model.get(key, default)
+    return getattr(model, key, default)
+
+
+def _shape(model) -> dict:
+    """The planner's model (a plan's inputs.model dict or a ModelSpec) in Flavor's terms."""
+    heads = _get(model, "heads")
+    moe = _get(model, "moe")
+    d = {"layers": _get(model, "layers"), "hidden": _get(model, "hidden"), "heads": heads,
+         "kv_heads": _get(model, "kv_heads") or heads,
+         "head_dim": _get(model, "head_dim") or _get(model, "hidden") // heads, "vocab": _get(model, "vocab"),
+         "tie_embeddings": bool(_get(model, "tie_embeddings", False)), "activation": _get(model, "activation", "swiglu")}
+    if moe:
+        d.update(experts=_get(moe, "experts"), top_k=_get(moe, "top_k"), expert_ffn_hidden=_get(moe, "expert_ffn_hidden"),
+                 shared_experts=_get(moe, "shared_experts", 0) or 0, layer_freq=_get(moe, "layer_freq", 1) or 1,
+                 first_dense_layers=_get(moe, "first_dense_layers", 0) or 0)
+    else:
+        d["ffn_hidden"] = _get(model, "ffn_hidden")
+    return d
+
+
+def _matches(f: Flavor, d: dict) -> bool:
+    same = (d["layers"], d["hidden"], d["heads"], d["kv_heads"], d["head_dim"], d["vocab"], d["tie_embeddings"]) == (
+        f.layers, f.hidden, f.heads, f.kv_heads, f.head_dim, f.vocab, f.tie_embeddings) and d["activation"] == "swiglu"
+    if f.experts:
+        return same and "experts" in d and (d["experts"], d["top_k"], d["expert_ffn_hidden"], d["shared_experts"],
+                                            d["layer_freq"], d["first_dense_layers"]) == (
+            f.experts, f.top_k, f.expert_ffn_hidden, 0, 1, 0)
+    return same and "experts" not in d and d["ffn_hidden"] == f.ffn_hidden
+
+
+def flavor_for(model) -> Flavor | None:
+    """The torchtitan 0.3.0 model with the plan model's shape (name-independent), or None."""
+    return _flavor_for(tuple(sorted(_shape(model).items())))
+
+
+@lru_cache(maxsize=64)
+def _flavor_for(items: tuple) -> Flavor | None:
+    d = dict(items)
+    return next((f for f in FLAVORS if _matches(f, d)), None)
+
+
+def _shape_text(d: dict) -> str:
+    t = (f"{d['layers']} layers, hidden {d['hidden']}, {d['heads']} heads / {d['kv_heads']} KV heads of "
+         f"{d['head_dim']}, vocab {d['vocab']}")
+    if "experts" in d:
+        return t + f", {d['experts']} experts top-{d['top_k']} of width {d['expert_ffn_hidden']}"
+    return t + f", ffn {d['ffn_hidden']}"
 
 
 def _grad_sync(zero: int, pp: int) -> GradSync:
-    return GradSync(grads="micro_batch" if pp == 1 else "step", overlap="backward", params="none")
+    # pp == 1: reduced every micro-batch inside its backward; pp > 1: once per step, after the stage's
+    # last backward (stage.py perform_reduce_grad), the compute stream waiting on it.
+    if pp == 1:
+        return GradSync(grads="micro_batch", overlap="backward", params="none")
+    return GradSync(grads="step", overlap="none", params="none")
+
+
+def _refusal(s, model, job) -> str | None:
+    if s.cp > 1 and s.zero == 0:
+        return (f"torchtitan always FSDP-shards the parameters over the context-parallel ranks (cp={s.cp}), "
+                "so ZeRO-0 with cp > 1 does not exist there (plan zero=3)")
+    moe = model is not None and _get(model, "moe") is not None
+    if s.ep > 1 and s.etp != 1:
+        return (f"torchtitan has no expert tensor parallelism beside expert parallelism (ep={s.ep}, etp={s.etp}): "
+                "routed experts are EP-sharded only")
+    if moe and s.ep == 1 and s.etp != s.tp:
+        return (f"torchtitan shards the experts over the tensor-parallel ranks when ep=1: etp must equal "
+                f"tp={s.tp}, not {s.etp}")
+    if s.ep > 1:
+        shard = s.dp * s.cp * s.tp if s.zero >= 3 else s.cp * s.tp
+        if shard % s.ep:
+            return (f"torchtitan borrows the {s.ep} expert-parallel ranks from data_parallel_shard x cp x tp = "
+                    f"{shard} (zero={s.zero}), which ep does not divide")
+        if s.zero == 0 and shard != s.ep:
+            return (f"with zero=0 torchtitan would still FSDP-shard the experts over cp*tp/ep = {shard // s.ep} "
+                    "ranks: ZeRO-0 experts need ep = cp*tp")
+    if s.zero >= 3 and s.pp > 1 and s.vpp > MAX_ACTIVE_STAGES:
+        return (f"Interleaved1F1B keeps at most {MAX_ACTIVE_STAGES} FSDP stages gathered per rank (torch "
+                f"pipelining _add_unshard_reshard): with vpp={s.vpp} and zero=3 stages are re-gathered within "
+                "the step, which the once-per-step cost does not cover")
+    if job is not None:
+        m = job.global_batch // (s.dp * s.micro_batch)
+        if s.pp > 1 and s.vpp == 1 and m < s.pp:
+            return (f"torch.distributed.pipelining's Schedule1F1B needs micro-batches per step ({m}) >= pp "
+                    f"({s.pp})")
+        div = (s.tp if s.sequence_parallel else 1) * (2 * s.cp if s.cp > 1 else 1)
+        if job.seq_len % div:
+            return f"torchtitan needs seq_len ({job.seq_len}) divisible by tp(SP) x 2cp = {div}"
+    if model is not None and flavor_for(model) is None:
+        return (f"torchtitan {VERSION} has no model of this shape ({_shape_text(_shape(model))}): it runs llama3 "
+                "8B/70B/405B and qwen3 dense/MoE flavors; register the model in torchtitan to plan for it")
+    return None
 
 
 RUNTIME = RuntimeSpec(
     name="torchtitan",
-    title="torchtitan (FSDP2/HSDP, TP, pipelining schedules, CP)",
+    title="torchtitan (FSDP2/HSDP, TP+SP, pipelining schedules, CP, EP)",
     package="torchtitan",
-    version="0.2.2",
+    version=VERSION,
     zero_stages=(0, 3),
     zero_stages_with_pp=(0, 3),
     interleaved=True,
     context_parallel=True,
     expert_parallel=True,
-    expert_tensor_parallel=True,
-    uneven_split=False,
-    sequence_parallel="always",
-    recompute=("none", "selective", "full"),
+    expert_tensor_parallel=True,        # only as etp == tp with ep == 1 (see _refusal)
+    uneven_split=True,
+    sequence_parallel="optional",
+    recompute=("none", "full"),
     precisions=("bf16", "fp8", "fp32"),
     heterogeneous=False,
     schedules=("1F1B", "Interleaved1F1B"),
@@ -48,34 +242,222 @@ RUNTIME = RuntimeSpec(
     zero3_impl="fsdp",
     zero3_gather=lambda pp: "micro_batch" if pp == 1 else "step",
     grad_sync=_grad_sync,
-    notes=("torch/distributed/pipelining/stage.py backward_maybe_with_nosync",
-           "torchtitan/train.py: backward per micro-batch without no_sync"),
+    extra_refusal=_refusal,
+    notes=("torch/distributed/pipelining/stage.py backward_maybe_with_nosync, perform_reduce_grad",
+           "torchtitan/trainer.py Trainer.train_step: backward per micro-batch without no_sync",
+           "torchtitan/distributed/fsdp.py get_fsdp_reshard_after_forward_policy: default = not pp_enabled",
+           "torchtitan/models/llama3/parallelize.py parallelize_llama: FSDP2 always (no DDP wrapper)",
+           "torchtitan/distributed/full_dtensor.py resolve_fsdp_mesh: parameters sharded over dp_shard x cp",
+           "torchtitan/config/configs.py ParallelismConfig: efsdp = dp_shard*cp*tp/ep, no ETP degree"),
 )
+
+
+def _stage_modules(counts: list[int]) -> list[list[str]]:
+    out, first = [], 0
+    for k, n in enumerate(counts):
+        mods = [f"layers.{j}" for j in range(first, first + n)]
+        if k == 0:
+            mods.insert(0, "tok_embeddings")
+        if k == len(counts) - 1:
+            mods += ["norm", "lm_head"]
+        out.append(mods)
+        first += n
+    return out
+
+
+def _config_module(f: Flavor, fp8: bool, title: str) -> str:
+    why = [f.why_generated] if f.why_generated else []
+    if fp8:
+        why.append("fp8 is a model converter (Float8LinearConverter), which only a config_registry function sets")
+    imports = [f"from torchtitan.models.{f.module} import model_registry",
+               f"from torchtitan.models.{f.module}.config_registry import {f.base}",
+               "from torchtitan.models.common.config_utils import decoder_vocab_size"]
+    if fp8:
+        imports.insert(0, "from torchtitan.components.quantization import Float8LinearConverter")
+        spec = ["    config.model_spec = model_registry(", f"        \"{f.flavor}\",",
+                "        converters=[Float8LinearConverter.Config(filter_fqns=[\"lm_head\"], "
+                "model_compile_enabled=False)],", "    )"]
+    else:
+        spec = [f"    config.model_spec = model_registry(\"{f.flavor}\")"]
+    doc = (f"Generated by baige-plan for torchtitan=={VERSION}: the config_registry function torchtitan.train "
+           f"loads with `--module {CONFIG_MODULE} --config {CONFIG_FUNCTION}` (launch.sh puts this folder on "
+           "PYTHONPATH; ConfigManager imports the module and calls the function). It is torchtitan's own "
+           f"{f.module}.config_registry.{f.base}() with model_registry(\"{f.flavor}\")"
+           + (" and the float8 converter" if fp8 else "") + f"; every other setting comes from the flags in "
+           f"{ARGS_FILE}. Why a module: " + "; ".join(why) + ".")
+    return "\n".join([f'"""{title}', "", *textwrap.wrap(doc, 100), '"""', "", *imports, "", "",
+                      f"def {CONFIG_FUNCTION}():", f"    config = {f.base}()", *spec,
+                      "    loss = getattr(config.loss, \"loss_fn\", config.loss)",
+                      "    loss.global_vocab_size = decoder_vocab_size(config.model_spec)",
+                      f"    config.hf_assets_path = \"{f.hf_assets}\"", "    return config", ""])
 
 
 def export(doc: dict) -> Export:
     i = plan_info(doc)
-    s = i["s"]
-    caveats = common_caveats(i)
-    rep, shard = (s["dp"], 1) if s["zero"] == 0 else (1, s["dp"])
-    sched = "Interleaved1F1B" if s["vpp"] > 1 else "1F1B"
-    local = s["micro_batch"] * i["m"] if s["pp"] > 1 else s["micro_batch"]
-    lines = [f"# {i['title']}", f"# {RUNTIME.title} {RUNTIME.package}=={RUNTIME.version}"]
-    lines += [f"# cannot express: {c}" for c in caveats] + [
-        "[training]",
-        f"local_batch_size = {local}",
-        f"global_batch_size = {i['gb']}",
-        f"seq_len = {i['job']['seq_len']}",
-        f"mixed_precision_param = \"{'float32' if i['job'].get('precision') == 'fp32' else 'bfloat16'}\"",
-        "",
-        "[parallelism]",
-        f"data_parallel_replicate_degree = {rep}",
-        f"data_parallel_shard_degree = {shard}",
-        f"tensor_parallel_degree = {s['tp']}",
-        f"pipeline_parallel_degree = {s['pp']}",
-        f"context_parallel_degree = {s['cp']}",
-        f"expert_parallel_degree = {s['ep']}",
-        f"pipeline_parallel_schedule = \"{sched}\"",
-        f"pipeline_parallel_microbatch_size = {s['micro_batch']}",
-        "", "[activation_checkpoint]", f"mode = \"{s['recompute']}\""]
-    return Export((ExportFile("torchtitan.toml", "\n".join(lines) + "\n"),), tuple(caveats))
+    s, job, model = i["s"], i["job"], i["model"]
+    prec = job.get("precision", "bf16")
+    if prec == "fp16":
+        raise SpecError("inputs.job.precision",
+                        f"torchtitan {VERSION} cannot train in fp16: training.mixed_precision_param is bfloat16 or "
+                        "float32 and there is no loss scaling (torchtitan/config/configs.py TrainingConfig); "
+                        "plan with --precision bf16")
+    caveats = [c for c in common_caveats(i) if not c.startswith("free-form layer split")]
+    tp, pp, dp, cp, ep = s["tp"], s["pp"], s["dp"], s["cp"], s.get("ep", 1)
+    etp, zero, mb, vpp, m = s.get("etp", 1), s["zero"], s["micro_batch"], s.get("vpp", 1), i["m"]
+    sp = bool(s.get("sequence_parallel")) and tp > 1
+    world = tp * pp * dp * cp
+
+    # model
+    shape = _shape(model)
+    f = flavor_for(model)
+    files_extra = []
+    if f is None:
+        family = "qwen3" if "experts" in shape else "llama3"
+        placeholder = "register_" + re.sub(r"[^0-9A-Za-z]+", "_", str(model.get("name", "model"))).strip("_").lower()
+        module, config = family, placeholder
+        caveats.append(
+            f"torchtitan {VERSION} has no model of {model.get('name')}'s shape ({_shape_text(shape)}); it has "
+            "llama3 8B/70B/405B and qwen3 0.6B-32B, 30B-A3B, 235B-A22B. Register one (a model_registry flavor "
+            "and a config_registry function returning Trainer.Config, e.g. in your own package) and replace "
+            f"--module/--config; exported with --module {module} --config {config}, which ConfigManager rejects")
+    elif f.config is not None and prec != "fp8":
+        module, config = f.module, f.config
+    else:
+        module, config = CONFIG_MODULE, CONFIG_FUNCTION
+        files_extra.append(ExportFile(f"{CONFIG_MODULE}.py", _config_module(f, prec == "fp8", i["title"])))
+    if prec == "fp8":
+        caveats.append("fp8 = torchtitan's Float8LinearConverter (rowwise, lm_head kept bf16, set in "
+                       f"{CONFIG_MODULE}.py): needs torchao and SM89+ GPUs; run eagerly (--compile.no_enable) as "
+                       "costed, torchtitan recommends --compile.enable for float8"
+                       + ("; routed experts stay bf16 (Float8GroupedExpertsConverter not set)" if f and f.experts else ""))
+
+    # data parallelism
+    if zero == 0:
+        rep, shard = dp, 1
+    else:
+        rep, shard = 1, dp
+        if zero in (1, 2):
+            caveats.append(f"torchtitan has no ZeRO-{zero}: exported as FSDP2 full shard (ZeRO-3) over dp={dp}, "
+                           "which gathers parameters per micro-batch; the plan's DP traffic and memory do not hold")
+    if cp > 1 and zero == 0:
+        caveats.append(f"torchtitan FSDP-shards the parameters over the cp={cp} ranks even with "
+                       "data_parallel_shard_degree 1 (HSDP: replicate dp, shard cp), not ZeRO-0 as planned")
+    if "experts" in shape:
+        if etp != (tp if ep == 1 else 1):
+            caveats.append(f"torchtitan has no expert tensor-parallel degree: experts run with etp="
+                           f"{tp if ep == 1 else 1} (tp when ep=1, else 1), not the plan's etp={etp}")
+        if ep > 1 and (shard * cp * tp) % ep:
+            caveats.append(f"ep={ep} does not divide data_parallel_shard x cp x tp = {shard * cp * tp}: "
+                           "torchtitan's mesh cannot be built")
+    elif ep > 1:
+        caveats.append(f"ep={ep} on a dense model has no effect in torchtitan")
+
+    # batch: without PP one micro-batch per forward/backward and m accumulation steps; with PP one
+    # local batch of m micro-batches per step through the schedule
+    local = mb * m if pp > 1 else mb
+    args: list[tuple[str, object]] = [("--module", module), ("--config", config),
+                                      ("--training.local_batch_size", local),
+                                      ("--training.global_batch_size", i["gb"]),
+                                      ("--training.seq_len", job["seq_len"]),
+                                      ("--training.dtype", "float32"),
+                                      ("--training.mixed_precision_param", "float32" if prec == "fp32" else "bfloat16"),
+                                      ("--training.mixed_precision_reduce", "float32")]
+    if pp > 1 or ep > 1:
+        args.append(("--training.disable_cuda_graphs", None))
+    args += [("--parallelism.data_parallel_replicate_degree", rep), ("--parallelism.data_parallel_shard_degree", shard),
+             ("--parallelism.fsdp_reshard_after_forward", "default"),
+             ("--parallelism.tensor_parallel_degree", tp),
+             ("--parallelism.enable_sequence_parallel" if sp else "--parallelism.no_enable_sequence_parallel", None),
+             ("--parallelism.context_parallel_degree", cp), ("--parallelism.expert_parallel_degree", ep),
+             ("--parallelism.pipeline_parallel_degree", pp),
+             ("--parallelism.pipeline_parallel_schedule", "Interleaved1F1B" if vpp > 1 else "1F1B"),
+             ("--parallelism.pipeline_parallel_microbatch_size", mb)]
+    if pp > 1:
+        counts = list(i["counts"])
+        if vpp > 1:
+            L = sum(counts)
+            if len(set(counts)) > 1 or L % (pp * vpp):
+                caveats.append(f"interleaving over an uneven split {counts} (vpp={vpp}) is not expressible: "
+                               f"exported as {pp * vpp} virtual stages of {L // (pp * vpp)} layers")
+            virtual = [L // (pp * vpp)] * (pp * vpp)
+        else:
+            virtual = counts
+        if len(set(virtual)) == 1:
+            args += [("--parallelism.pipeline_parallel_layers_per_stage", virtual[0]),
+                     ("--parallelism.pipeline_parallel_first_stage_less_layers", 0),
+                     ("--parallelism.pipeline_parallel_last_stage_less_layers", 0)]
+        else:
+            args.append(("--parallelism.module_fqns_per_model_part",
+                         " ".join(",".join(mods) for mods in _stage_modules(virtual))))
+        if zero >= 3 and vpp > MAX_ACTIVE_STAGES:
+            caveats.append(f"with vpp={vpp} > {MAX_ACTIVE_STAGES} Interleaved1F1B reshards and re-gathers FSDP "
+                           "stages within the step (torch pipelining keeps 3 stages unsharded): more all-gathers "
+                           "than the plan's one per step")
+        if vpp == 1 and m < pp:
+            caveats.append(f"Schedule1F1B needs micro-batches ({m}) >= pp ({pp}): torch.distributed.pipelining "
+                           "will refuse this schedule")
+    args += [("--compile.no_enable", None), ("--compile.no_enable_async_tensor_parallel", None)]
+    rec = s.get("recompute", "none")
+    if rec == "selective":
+        caveats.append("recompute 'selective' (the planner's Megatron-style core-attention recompute: nothing to "
+                       "recompute with flash attention) is exported as activation-checkpoint:none; torchtitan's "
+                       "own 'selective' (op-level SAC, recomputing every second matmul) is a different trade")
+    ac = "full" if rec == "full" else "none"
+
+    lines = [f"# {i['title']}",
+             f"# {RUNTIME.title}: torchtitan=={VERSION} (torch=={TORCH_VERSION}) torchtitan.train arguments,",
+             "# one per line; launch.sh passes the flags in order, then the activation-checkpoint subcommand",
+             f"# world = tp {tp} x pp {pp} x dp {dp} x cp {cp} = {world} ranks; {m} micro-batches of {mb} per "
+             f"replica per step"]
+    lines += [f"# cannot express: {c}" for c in caveats]
+    lines += [k if v is None else f"{k} {v}" for k, v in args]
+    lines.append(f"activation-checkpoint:{ac}")
+
+    groups = i["cluster"].get("groups", [])
+    g0 = next((g for g in groups if g["name"] == i["stage_groups"][0]), groups[0] if groups else None)
+    nproc = g0["devices_per_node"] if g0 else world
+    nnodes = max(1, -(-world // nproc))
+    if world % nproc:
+        caveats.append(f"world {world} is not a whole number of {nproc}-device nodes; launch.sh starts "
+                       f"{nnodes} x {nproc} ranks")
+    files = [ExportFile(ARGS_FILE, "\n".join(lines) + "\n"),
+             ExportFile("launch.sh", _launch(i["title"], nnodes, nproc, bool(files_extra))),
+             ExportFile("hostfile", "\n".join([f"# {i['title']}",
+                                               "# one line per node (placeholder names: replace with yours); "
+                                               "launch.sh rendezvouses at the first one",
+                                               *hostfile_lines(i, "plain")]) + "\n"),
+             *files_extra]
+    return Export(tuple(files), tuple(caveats))
+
+
+def _launch(title: str, nnodes: int, nproc: int, module: bool) -> str:
+    return "\n".join([
+        "#!/usr/bin/env bash",
+        f"# {title}",
+        f"# torchtitan=={VERSION} (torch=={TORCH_VERSION}): run this same script on each of the {nnodes} node(s) with",
+        "# NODE_RANK=0..NNODES-1; they rendezvous at MASTER_ADDR (default: the first host in ./hostfile).",
+        "# Extra torchtitan flags given to this script go after the exported ones (tyro: the last one wins).",
+        "set -euo pipefail",
+        'HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
+        f"NNODES={nnodes}",
+        f"NPROC_PER_NODE={nproc}",
+        'NODE_RANK="${NODE_RANK:-0}"',
+        "MASTER_ADDR=\"${MASTER_ADDR:-$(awk '!/^#/ && NF {print $1; exit}' \"$HERE/hostfile\")}\"",
+        'MASTER_PORT="${MASTER_PORT:-29500}"',
+        "flags=(); subcommands=()",
+        "while read -r -a words; do",
+        '  [ "${#words[@]}" -eq 0 ] && continue',
+        '  case "${words[0]}" in',
+        '    "#"*) ;;',
+        '    -*) flags+=("${words[@]}") ;;',
+        '    *) subcommands+=("${words[@]}") ;;',
+        "  esac",
+        f'done < "$HERE/{ARGS_FILE}"',
+        "v=$(python3 -c 'import torchtitan; print(torchtitan.__version__)' 2>/dev/null || echo none)",
+        f'[ "$v" = "{VERSION}" ] || echo "launch.sh: these arguments target torchtitan=={VERSION}, found $v" >&2',
+        *(['export PYTHONPATH="$HERE${PYTHONPATH:+:$PYTHONPATH}"   '
+           f'# {CONFIG_MODULE}.py (--module {CONFIG_MODULE})'] if module else []),
+        'export PYTORCH_ALLOC_CONF="${PYTORCH_ALLOC_CONF:-expandable_segments:True}"',
+        'exec torchrun --nnodes "$NNODES" --nproc-per-node "$NPROC_PER_NODE" --node-rank "$NODE_RANK" \\',
+        '  --rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT" --rdzv-id "${RDZV_ID:-baige-plan}" \\',
+        '  -m torchtitan.train "${flags[@]}" "$@" "${subcommands[@]}"', ""])
