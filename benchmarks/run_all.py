@@ -58,11 +58,15 @@ def search_gpt3_16384() -> dict:
 
 
 def _hetero(model: str, cluster: str, global_batch: int, seq_len: int, target_s: float, repeats: int = 2) -> dict:
+    from baige_plan import runtimes
     from baige_plan.search.hetero import heterogeneous_efficiency, solve
     from baige_plan.specs.strategy import StrategySpec
 
     m, cl, job = _inputs(model, cluster, global_batch, seq_len)
-    r, best, worst = _timed(lambda: solve(m, cl, job, StrategySpec()), repeats)
+    # what `baige-plan plan` solves on a mixed cluster (cli/plan_hetero.py): the heterogeneous runtime's
+    # semantics and shape rules, sequence parallelism on
+    base = StrategySpec(sequence_parallel=True, **runtimes.knobs(runtimes.DEFAULT_HETEROGENEOUS))
+    r, best, worst = _timed(lambda: solve(m, cl, job, base), repeats)
     shapes = "; ".join(f"{sh.replicas}x[" + " > ".join(f"{st.group} tp{st.tp} L{st.n_layers}" for st in sh.stages)
                        + f"] m{sh.micro_batches}" for sh in r.pipelines.shapes)
     return {"seconds_best": round(best, 3), "seconds_worst": round(worst, 3), "target_s": target_s,

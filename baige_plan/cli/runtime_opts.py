@@ -24,29 +24,14 @@ def resolve_runtime(opt, heterogeneous: bool) -> str:
     return name
 
 
-def check_pins_runtime(name: str, job: JobSpec, *, zero=None, vpp=None, cp=None, ep=None, etp=None, pp=None,
-                       recompute=None, sequence_parallel=None, tp=None) -> None:
-    """Exit-2 errors for pins the runtime can never run, naming the value and the runtime."""
-    rt = runtimes.get(name)
-    if job.precision not in rt.precisions:
-        raise SpecError("--precision", f"{name} runs {', '.join(rt.precisions)}, not {job.precision}")
-    if zero is not None and zero not in rt.zero_stages:
-        raise SpecError("--zero", f"{name} runs ZeRO stages {list(rt.zero_stages)}, not {zero}")
-    if zero is not None and pp is not None and pp > 1 and zero not in rt.zero_stages_with_pp:
-        raise SpecError("--zero", f"{name} runs ZeRO stages {list(rt.zero_stages_with_pp)} with pipeline "
-                        f"parallelism, not {zero} with pp={pp}")
-    if vpp is not None and vpp > 1 and not rt.interleaved:
-        raise SpecError("--vpp", f"{name} has no interleaved pipeline schedule (vpp={vpp})")
-    if cp is not None and cp > 1 and not rt.context_parallel:
-        raise SpecError("--cp", f"{name} has no context parallelism (cp={cp})")
-    if ep is not None and ep > 1 and not rt.expert_parallel:
-        raise SpecError("--ep", f"{name} has no expert parallelism (ep={ep})")
-    if etp is not None and etp > 1 and not rt.expert_tensor_parallel:
-        raise SpecError("--etp", f"{name} has no expert tensor parallelism (etp={etp})")
-    if recompute is not None and recompute not in rt.recompute:
-        raise SpecError("--recompute", f"{name} runs recompute {', '.join(rt.recompute)}, not {recompute}")
-    if sequence_parallel is False and rt.sequence_parallel == "always" and (tp is None or tp > 1):
-        raise SpecError("--no-sequence-parallel", f"{name} always shards along the sequence with tensor parallelism")
+def check_pins_runtime(name: str, job: JobSpec, **pins) -> None:
+    """Exit-2 error for pins the runtime can never run (its declared rules, RuntimeSpec.violation),
+    naming the option, the value and the runtime."""
+    v = runtimes.get(name).violation(precision=job.precision, **pins)
+    if v is not None:
+        field, reason = v
+        flag = {"sequence_parallel": "--no-sequence-parallel", "pp": "--pp"}.get(field, "--" + field)
+        raise SpecError(flag, reason)
 
 
 def pick_runtime(s, model, job: JobSpec, opt):

@@ -323,6 +323,7 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
         bwd += pp_t / 2
 
     # Memory (ZeRO sharding over the data-parallel replicas holding the same weights).
+    rt = runtimes.get(s.runtime)
     dp_dense = s.dp * s.cp
     if s.execution == "eager":
         # eager PyTorch: fp32 parameters are the master copy (4 B, + a 2 B bf16 autocast copy kept for
@@ -330,13 +331,12 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
         w_b, g_b, k_b = _eager_states(s.zero, dp_dense)
         we_b, ge_b, ke_b = _eager_states(s.zero, s.edp)
     else:
-        gbytes = runtimes.get(s.runtime).grad_bytes
-        w_b, g_b, k_b = model_state_bytes_per_param(s.zero, dp_dense, 2, gbytes)
-        we_b, ge_b, ke_b = model_state_bytes_per_param(s.zero, s.edp, 2, gbytes)
+        w_b, g_b, k_b = model_state_bytes_per_param(s.zero, dp_dense, 2, rt.grad_bytes)
+        we_b, ge_b, ke_b = model_state_bytes_per_param(s.zero, s.edp, 2, rt.grad_bytes)
     weights = dense_p * w_b + expert_p * we_b
     grads = dense_p * g_b + expert_p * ge_b
     optim = dense_p * k_b + expert_p * ke_b
-    if s.zero >= 3 and runtimes.get(s.runtime).zero3_gather(s.pp) == "step":
+    if s.zero >= 3 and rt.zero3_gather(s.pp) == "step":
         # pipelining + FSDP2 keeps the stage unsharded through the step: 16-bit parameters and
         # gradients of every layer of the stage (torch.distributed.pipelining backward_maybe_with_nosync)
         weights += 2 * (dense_p + expert_p)

@@ -9,20 +9,19 @@ from pathlib import Path
 
 from baige_plan import runtimes
 from baige_plan.errors import InputError, SpecError
-from baige_plan.runtimes._common import Export, ExportFile, hostfile_lines, plan_info
+from baige_plan.runtimes._common import Export, hostfile_file, plan_info
 
 TARGETS = runtimes.NAMES + ("hostfile",)
 
 
 def hostfile(doc: dict) -> Export:
     i = plan_info(doc)
-    lines = [f"# {i['title']}", "# one line per node: HOSTNAME slots=DEVICES (placeholder names: replace with yours);",
-             "# ranks follow the plan's placement: node n holds ranks n*slots .. n*slots + slots - 1"]
-    lines += hostfile_lines(i)
     caveats = []
     if len(i["cluster"].get("groups", [])) > 1:
         caveats.append("several groups: launch each family with its own launcher")
-    return Export((ExportFile("hostfile", "\n".join(lines) + "\n"),), tuple(caveats))
+    f = hostfile_file(i, "one line per node: HOSTNAME slots=DEVICES (placeholder names: replace with yours);",
+                      "ranks follow the plan's placement: node n holds ranks n*slots .. n*slots + slots - 1")
+    return Export((f,), tuple(caveats))
 
 
 def export_plan(doc: dict, target: str) -> Export:

@@ -3,6 +3,7 @@ plan-file form, SPEC §4) into what every exporter needs. Pure: no I/O."""
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
 
 
@@ -74,3 +75,14 @@ def hostfile_lines(i: dict, fmt: str = "slots") -> list[str]:
             host = f"{g['name']}-node{n:04d}"
             out.append(f"{host} slots={g['devices_per_node']}" if fmt == "slots" else host)
     return out
+
+
+def hostfile_file(i: dict, *comments: str, fmt: str = "slots") -> ExportFile:
+    """The `hostfile` launch file: the plan's title, comment lines on the format, then `hostfile_lines`."""
+    head = [f"# {i['title']}", *(f"# {c}" for c in comments)]
+    return ExportFile("hostfile", "\n".join(head + hostfile_lines(i, fmt)) + "\n")
+
+
+def arg_lines(args: list[tuple[str, object]]) -> list[str]:
+    """(flag, value or None) pairs as one shell-quoted argument per line (launch.sh reads them with eval)."""
+    return [k if v is None else f"{k} {shlex.quote(str(v))}" for k, v in args]

@@ -69,10 +69,16 @@ average_tensor one all-reduce per bucket rather than a reduce-scatter):
 from __future__ import annotations
 
 import json
-import shlex
 
 from baige_plan.errors import SpecError
-from baige_plan.runtimes._common import Export, ExportFile, common_caveats, hostfile_lines, plan_info
+from baige_plan.runtimes._common import (
+    Export,
+    ExportFile,
+    arg_lines,
+    common_caveats,
+    hostfile_file,
+    plan_info,
+)
 from baige_plan.specs.runtime import GradSync, RuntimeSpec
 
 VERSION = "0.19.8"
@@ -293,10 +299,6 @@ def megatron_deepspeed_args(doc: dict) -> tuple[list[tuple[str, object]], list[s
     return a, caveats, notes
 
 
-def _fmt(v: object) -> str:
-    return shlex.quote(str(v))
-
-
 def _nodes(i: dict, world: int) -> tuple[int, int]:
     groups = i["cluster"].get("groups", [])
     dpn = groups[0]["devices_per_node"] if groups else world
@@ -329,12 +331,6 @@ def _launch_sh(i: dict, world: int, env: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _hostfile(i: dict) -> str:
-    lines = [f"# {i['title']}", f"# DeepSpeed launcher hostfile (deepspeed=={VERSION}): HOSTNAME slots=DEVICES, "
-             "placeholder names: replace with yours; the first --num_nodes lines are used"]
-    return "\n".join(lines + hostfile_lines(i, "slots")) + "\n"
-
-
 def export(doc: dict) -> Export:
     i = plan_info(doc)
     cfg, caveats = ds_config(doc)
@@ -352,13 +348,14 @@ def export(doc: dict) -> Export:
              f"({MEGATRON_DEEPSPEED}@{MEGATRON_DEEPSPEED_COMMIT}, megatron/arguments.py); one per line, shell-quoted"]
     lines += [f"# {n}" for n in notes]
     lines += [f"# cannot express: {c}" for c in caveats]
-    lines += [k if v is None else f"{k} {_fmt(v)}" for k, v in args]
+    lines += arg_lines(args)
     sp = bool(i["s"].get("sequence_parallel")) and i["s"]["tp"] > 1
     env = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} if sp else {}
     files = [ExportFile("ds_config.json", json.dumps(cfg, indent=2) + "\n"),
              ExportFile("megatron_deepspeed_args.txt", "\n".join(lines) + "\n"),
              ExportFile("launch.sh", _launch_sh(i, b["world"], env)),
-             ExportFile("hostfile", _hostfile(i))]
+             hostfile_file(i, f"DeepSpeed launcher hostfile (deepspeed=={VERSION}): HOSTNAME slots=DEVICES, "
+                                  "placeholder names: replace with yours; the first --num_nodes lines are used")]
     if env:
         # deepspeed/launcher/runner.py reads KEY=VALUE lines from ./.deepspeed_env and exports them on every node
         files.append(ExportFile(".deepspeed_env", "".join(f"{k}={v}\n" for k, v in env.items())))

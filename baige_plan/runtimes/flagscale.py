@@ -104,10 +104,12 @@ standard Megatron DDP options applied per mesh.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import yaml
 
+from baige_plan.runtimes import megatron
 from baige_plan.runtimes._common import Export, ExportFile, plan_info
-from baige_plan.specs.runtime import GradSync, RuntimeSpec
 
 PYPI = "flag-scale==0.8.0"
 COMMIT = "da4935ec60193e735bc70b81e259ed04eefd0132"
@@ -121,34 +123,19 @@ _VISIBLE = {"nvidia": "CUDA_VISIBLE_DEVICES", "ascend": "ASCEND_RT_VISIBLE_DEVIC
             "kunlun": "XPU_VISIBLE_DEVICES", "musa": "MUSA_VISIBLE_DEVICES"}
 
 
-def _grad_sync(zero: int, pp: int) -> GradSync:
-    return GradSync(grads="step", overlap="backward", params="next_forward" if zero >= 1 else "none")
-
-
-RUNTIME = RuntimeSpec(
+# A Megatron-LM fork: Megatron's space and execution semantics (runtimes/megatron.py), plus heterogeneous
+# stages. Megatron's MoE/SP refusal is not carried over: it was checked against megatron-core, not FlagScale.
+RUNTIME = replace(
+    megatron.RUNTIME,
     name="flagscale",
     title="FlagScale heterogeneous training (Megatron-LM fork, hetero process meshes)",
     package="flag-scale",
     version="0.8.0",
-    zero_stages=(0, 1),
-    zero_stages_with_pp=(0, 1),
-    interleaved=True,           # non-hetero mode only; shape_refusal refuses vpp > 1 in hetero mode
-    context_parallel=True,      # non-hetero mode only; shape_refusal refuses cp > 1 in hetero mode
-    expert_parallel=True,
-    expert_tensor_parallel=True,
-    uneven_split=True,
-    sequence_parallel="optional",
-    recompute=("none", "selective", "full"),
-    precisions=("bf16", "fp16", "fp8", "fp32"),
-    heterogeneous=True,
-    schedules=("1F1B", "interleaved-1F1B"),
-    execution="fused",
-    zero3_impl="fsdp",
-    zero3_gather=lambda pp: "micro_batch",
-    grad_sync=_grad_sync,
+    heterogeneous=True,         # interleaving and cp: non-hetero mode only; shape_refusal refuses them in hetero mode
     notes=(f"FlagOpen/FlagScale@{COMMIT[:8]} flagscale/train/arguments.py FSTrainArguments.pre_validate_args",
            "flagscale/train/hetero/parallel_context.py RankMapper, ProcessMesh, ParallelContext",
            "heterogeneous plans: shape_refusal(pipelines) in this module"),
+    extra_refusal=None,
 )
 
 _KNOB_DEFAULTS = {"micro_batch": 1, "cp": 1, "ep": 1, "etp": 1, "zero": 1, "vpp": 1, "recompute": "selective",

@@ -63,9 +63,14 @@ Execution semantics:
 
 from __future__ import annotations
 
-import shlex
-
-from baige_plan.runtimes._common import Export, ExportFile, common_caveats, hostfile_lines, plan_info
+from baige_plan.runtimes._common import (
+    Export,
+    ExportFile,
+    arg_lines,
+    common_caveats,
+    hostfile_file,
+    plan_info,
+)
 from baige_plan.specs.runtime import GradSync, RuntimeSpec
 
 VERSION = "0.19.2"
@@ -290,10 +295,6 @@ def megatron_args(doc: dict) -> tuple[list[tuple[str, object]], list[str], list[
     return a, caveats, notes
 
 
-def _fmt(v: object) -> str:
-    return shlex.quote(str(v))
-
-
 def _env(s: dict) -> dict[str, str]:
     env = {}
     if s["tp"] > 1 or s.get("cp", 1) > 1:
@@ -334,12 +335,6 @@ def _launch_sh(i: dict, env: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _hostfile(i: dict) -> str:
-    lines = [f"# {i['title']}",
-             "# one line per node, NODE_RANK = line order: HOSTNAME slots=DEVICES (placeholder names: replace with yours)"]
-    return "\n".join(lines + hostfile_lines(i)) + "\n"
-
-
 def export(doc: dict) -> Export:
     i = plan_info(doc)
     args, caveats, notes = megatron_args(doc)
@@ -348,8 +343,8 @@ def export(doc: dict) -> Export:
              f"(Megatron-LM {MEGATRON_LM_REF}); one argument per line, shell-quoted"]
     lines += [f"# {n}" for n in notes]
     lines += [f"# cannot express: {c}" for c in caveats]
-    lines += [k if v is None else f"{k} {_fmt(v)}" for k, v in args]
+    lines += arg_lines(args)
     files = (ExportFile("megatron_args.txt", "\n".join(lines) + "\n"),
              ExportFile("launch.sh", _launch_sh(i, _env(i["s"]))),
-             ExportFile("hostfile", _hostfile(i)))
+             hostfile_file(i, "one line per node, NODE_RANK = line order: HOSTNAME slots=DEVICES (placeholder names: replace with yours)"))
     return Export(files, tuple(caveats))

@@ -44,7 +44,7 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from baige_plan.runtimes._common import Export, ExportFile, common_caveats, hostfile_lines, plan_info
+from baige_plan.runtimes._common import Export, ExportFile, common_caveats, hostfile_file, plan_info
 from baige_plan.specs.runtime import GradSync, RuntimeSpec
 
 RUNTIME_VERSION = "1.2.0"     # paddleformers (RUNTIME.version)
@@ -285,7 +285,6 @@ def export(doc: dict) -> Export:
     groups = i["cluster"].get("groups", [])
     dpn = groups[0]["devices_per_node"] if groups else 8
     devices = ",".join(str(d) for d in range(dpn))
-    hosts = hostfile_lines(i, fmt="plain")
     launch = [
         "#!/usr/bin/env bash",
         f"# {i['title']}",
@@ -307,12 +306,11 @@ def export(doc: dict) -> Export:
         f'exec "$PYTHON" -m paddle.distributed.launch --ips "$IPS" --devices {devices} --log_dir "$HERE/log" \\',
         f'    "$ENTRY" train "$HERE/{ARGS_FILE}" model_name_or_path="$MODEL_DIR" input_dir="$DATA" "$@"',
     ]
-    hostfile = [f"# {i['title']}", "# one node per line (placeholder names: replace with the nodes' IPs, in rank order)"]
-    hostfile += hosts
     return Export((ExportFile(ARGS_FILE, args_text),
                    ExportFile(CONFIG_FILE, json.dumps(cfg, indent=2) + "\n"),
                    ExportFile("launch.sh", "\n".join(launch) + "\n"),
-                   ExportFile("hostfile", "\n".join(hostfile) + "\n")), tuple(caveats))
+                   hostfile_file(i, "one node per line (placeholder names: replace with the nodes' IPs, in rank order)",
+                                 fmt="plain")), tuple(caveats))
 
 
 __all__ = ["RUNTIME", "PADDLE_VERSION", "export", "training_args", "model_config", "moe_layers"]

@@ -64,7 +64,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from baige_plan.errors import SpecError
-from baige_plan.runtimes._common import Export, ExportFile, common_caveats, hostfile_lines, plan_info
+from baige_plan.runtimes._common import Export, ExportFile, common_caveats, hostfile_file, plan_info
 from baige_plan.specs.runtime import GradSync, RuntimeSpec
 
 VERSION = "0.3.0"
@@ -422,10 +422,8 @@ def export(doc: dict) -> Export:
                        f"{nnodes} x {nproc} ranks")
     files = [ExportFile(ARGS_FILE, "\n".join(lines) + "\n"),
              ExportFile("launch.sh", _launch(i["title"], nnodes, nproc, bool(files_extra))),
-             ExportFile("hostfile", "\n".join([f"# {i['title']}",
-                                               "# one line per node (placeholder names: replace with yours); "
-                                               "launch.sh rendezvouses at the first one",
-                                               *hostfile_lines(i, "plain")]) + "\n"),
+             hostfile_file(i, "one line per node (placeholder names: replace with yours); "
+                           "launch.sh rendezvouses at the first one", fmt="plain"),
              *files_extra]
     return Export(tuple(files), tuple(caveats))
 

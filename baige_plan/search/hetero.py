@@ -544,8 +544,6 @@ def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySp
     cut = [r for r in results if r[0] <= results[0][0] * POLISH_WITHIN][:POLISH_TOP] if results else []
     for n, (st_, lab, p, e, status, gap) in enumerate(cut):
         budget = POLISH_EVALS // 2 if n == 0 else POLISH_EVALS // (2 * max(1, len(cut) - 1))
-        if n == 0:   # long pipelines (FlagScale's single pipeline has many stages): room for several passes
-            budget = max(budget, 12 * len(list(_neighbours(p))))
         p2, e2 = polish(model, cluster, job, p, memory_frac, budget)
         ok2 = e2 is not None and _runtime_ok(cluster, model, p2, refused)
         polished.append((e2.step_time_s, lab, p2, e2, status, gap) if ok2 else (st_, lab, p, e, status, gap))

@@ -81,31 +81,45 @@ class RuntimeSpec:
     notes: tuple[str, ...] = field(default_factory=tuple)   # sources for the semantics above
     extra_refusal: Callable[..., str | None] | None = None   # runtime-specific rules (model, job, strategy)
 
+    def violation(self, *, zero=None, pp=None, vpp=None, cp=None, ep=None, etp=None, uneven=None, tp=None,
+                  sequence_parallel=None, recompute=None, precision=None) -> tuple[str, str] | None:
+        """(field, reason naming the values) of the first declared rule the given values break; None when
+        none does. A value left None is not known yet (a pin not given) and breaks nothing: `refusal`
+        passes a whole strategy, `plan` its pins."""
+        if zero is not None and zero not in self.zero_stages:
+            return "zero", f"{self.name} runs ZeRO stages {list(self.zero_stages)}, not zero={zero}"
+        if zero is not None and pp is not None and pp > 1 and zero not in self.zero_stages_with_pp:
+            return "zero", (f"{self.name} runs ZeRO stages {list(self.zero_stages_with_pp)} with pipeline "
+                            f"parallelism, not zero={zero} with pp={pp}")
+        if vpp is not None and vpp > 1 and not self.interleaved:
+            return "vpp", f"{self.name} has no interleaved pipeline schedule (vpp={vpp})"
+        if cp is not None and cp > 1 and not self.context_parallel:
+            return "cp", f"{self.name} has no context parallelism (cp={cp})"
+        if ep is not None and ep > 1 and not self.expert_parallel:
+            return "ep", f"{self.name} has no expert parallelism (ep={ep})"
+        if etp is not None and etp > 1 and not self.expert_tensor_parallel:
+            return "etp", f"{self.name} has no expert tensor parallelism (etp={etp})"
+        if uneven and not self.uneven_split:
+            return "pp", f"{self.name} cannot set first/last pipeline stage layer counts"
+        if sequence_parallel is False and self.sequence_parallel == "always" and (tp is None or tp > 1):
+            return "sequence_parallel", (f"{self.name} always runs sequence parallelism with tensor parallelism "
+                                         f"(tp={tp})")
+        if sequence_parallel and self.sequence_parallel == "never":
+            return "sequence_parallel", f"{self.name} has no Megatron-style sequence parallelism"
+        if recompute is not None and recompute not in self.recompute:
+            return "recompute", f"{self.name} runs recompute {list(self.recompute)}, not {recompute!r}"
+        if precision is not None and precision not in self.precisions:
+            return "precision", f"{self.name} runs precisions {list(self.precisions)}, not {precision}"
+        return None
+
     def refusal(self, s, model=None, job=None) -> str | None:
         """Why `s` (a StrategySpec) cannot run on this runtime, naming the values; None when it can."""
-        if s.zero not in self.zero_stages:
-            return f"{self.name} runs ZeRO stages {list(self.zero_stages)}, not zero={s.zero}"
-        if s.pp > 1 and s.zero not in self.zero_stages_with_pp:
-            return (f"{self.name} runs ZeRO stages {list(self.zero_stages_with_pp)} with pipeline parallelism, "
-                    f"not zero={s.zero} with pp={s.pp}")
-        if s.vpp > 1 and not self.interleaved:
-            return f"{self.name} has no interleaved pipeline schedule (vpp={s.vpp})"
-        if s.cp > 1 and not self.context_parallel:
-            return f"{self.name} has no context parallelism (cp={s.cp})"
-        if s.ep > 1 and not self.expert_parallel:
-            return f"{self.name} has no expert parallelism (ep={s.ep})"
-        if s.etp > 1 and not self.expert_tensor_parallel:
-            return f"{self.name} has no expert tensor parallelism (etp={s.etp})"
-        if (s.first_stage_layers or s.last_stage_layers) and not self.uneven_split:
-            return f"{self.name} cannot set first/last pipeline stage layer counts"
-        if s.tp > 1 and self.sequence_parallel == "always" and not s.sequence_parallel:
-            return f"{self.name} always runs sequence parallelism with tensor parallelism (tp={s.tp})"
-        if s.sequence_parallel and self.sequence_parallel == "never":
-            return f"{self.name} has no Megatron-style sequence parallelism"
-        if s.recompute not in self.recompute:
-            return f"{self.name} runs recompute {list(self.recompute)}, not {s.recompute!r}"
-        if job is not None and job.precision not in self.precisions:
-            return f"{self.name} runs precisions {list(self.precisions)}, not {job.precision}"
+        v = self.violation(zero=s.zero, pp=s.pp, vpp=s.vpp, cp=s.cp, ep=s.ep, etp=s.etp,
+                           uneven=bool(s.first_stage_layers or s.last_stage_layers), tp=s.tp,
+                           sequence_parallel=bool(s.sequence_parallel) if s.tp > 1 else None,
+                           recompute=s.recompute, precision=job.precision if job is not None else None)
+        if v is not None:
+            return v[1]
         if self.extra_refusal is not None:
             return self.extra_refusal(s, model, job)
         return None

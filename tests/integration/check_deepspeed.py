@@ -56,8 +56,6 @@ import json
 import logging
 import os
 import shlex
-import stat
-import subprocess
 import sys
 import tempfile
 import time
@@ -67,34 +65,9 @@ import warnings
 from pathlib import Path
 
 import torch
-import yaml
+from _checklib import CheckFailure, capture_launch, load_plan, need, run_serial
 
-FAKE_DEEPSPEED = """#!/usr/bin/env bash
-printf '%s\\0' "$@" > "$BAIGE_CAPTURE.argv"
-pwd > "$BAIGE_CAPTURE.cwd"
-env -0 > "$BAIGE_CAPTURE.env"
-"""
 HIDDEN = 8   # stand-in model width
-
-
-class CheckFailure(Exception):
-    pass
-
-
-def need(cond, msg):
-    if not cond:
-        raise CheckFailure(msg)
-
-
-# ---------------------------------------------------------------------------------------------- plan
-
-
-def load_plan(d: Path) -> dict:
-    for name in ("plan.yaml", "plan.yml", "plan.json"):
-        p = d / name
-        if p.exists():
-            return json.loads(p.read_text()) if p.suffix == ".json" else yaml.safe_load(p.read_text())
-    raise CheckFailure("no plan.yaml / plan.json")
 
 
 def expect(plan: dict) -> dict:
@@ -137,19 +110,10 @@ def arg_tokens(text: str) -> list[str]:
 
 def run_launch(d: Path, tmp: Path) -> tuple[list[str], Path, dict[str, str]]:
     """argv the deepspeed launcher gets from launch.sh, the folder it runs in, its environment."""
-    fake = tmp / "deepspeed"
-    fake.write_text(FAKE_DEEPSPEED)
-    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     mds = tmp / "Megatron-DeepSpeed"
     mds.mkdir(exist_ok=True)
-    env = {"PATH": f"{tmp}:{os.environ.get('PATH', '/usr/bin:/bin')}", "BAIGE_CAPTURE": str(tmp / "cap"),
-           "HOME": os.environ.get("HOME", "/tmp"), "MEGATRON_DS": str(mds)}
-    r = subprocess.run(["bash", str(d / "launch.sh")], env=env, capture_output=True, text=True, timeout=30, cwd=tmp)
-    need(r.returncode == 0, f"launch.sh exited {r.returncode}: {r.stderr.strip()[-300:]}")
-    argv = (tmp / "cap.argv").read_bytes().decode().split("\0")[:-1]
-    cwd = Path((tmp / "cap.cwd").read_text().strip())
-    got = dict(kv.split("=", 1) for kv in (tmp / "cap.env").read_bytes().decode().split("\0") if "=" in kv)
-    return argv, cwd, got
+    launch = capture_launch(d, tmp, "deepspeed", {"MEGATRON_DS": str(mds)})
+    return launch.argv, launch.cwd, launch.env
 
 
 def check_launch(d: Path, e: dict, tmp: Path, notes: list[str]) -> list[str]:
@@ -525,21 +489,13 @@ def main(argv: list[str]) -> int:
     if verbose:
         print(f"deepspeed {deepspeed.__version__}, torch {torch.__version__}; ready in "
               f"{time.time() - t0:.1f} s" + (f"; {note}" if note else ""), flush=True)
-    passed = failed = 0
-    for d in dirs:
+
+    def check(d: Path) -> list[str]:
         notes: list[str] = []
-        t = time.time()
-        try:
-            check_dir(deepspeed, d, notes)
-            print(f"ok {d}" + (f"  ({'; '.join(notes)}; {time.time() - t:.1f} s)" if verbose else ""), flush=True)
-            passed += 1
-        except CheckFailure as ex:
-            print(f"FAIL {d}: {ex}", flush=True)
-            failed += 1
-        except Exception as ex:   # noqa: BLE001 - any other error is a failure of that DIR, reported with its place
-            where = traceback.extract_tb(ex.__traceback__)[-1]
-            print(f"FAIL {d}: {type(ex).__name__} at {Path(where.filename).name}:{where.lineno}: {ex}", flush=True)
-            failed += 1
+        check_dir(deepspeed, d, notes)
+        return notes
+
+    passed, failed = run_serial(dirs, check, verbose)
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
 

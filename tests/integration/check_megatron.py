@@ -45,12 +45,9 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import logging
 import os
 import shlex
-import stat
-import subprocess
 import sys
 import tempfile
 import time
@@ -59,12 +56,19 @@ import warnings
 from pathlib import Path
 
 import yaml
+from _checklib import (
+    CheckFailure,
+    capture_launch,
+    cli,
+    launcher_options,
+    load_plan,
+    need,
+    parse_cli,
+    run_serial,
+)
+from _checklib import make_plans as make_plans_with
 
 ARCH = (("blackwell", 10), ("hopper", 9), ("ampere", 8), ("ada", 8), ("volta", 7))
-FAKE_TORCHRUN = """#!/usr/bin/env bash
-printf '%s\\0' "$@" > "$BAIGE_CAPTURE.argv"
-env -0 > "$BAIGE_CAPTURE.env"
-"""
 
 
 # The Transformer Engine version the launch environment is assumed to have (megatron-core 0.19.2
@@ -76,23 +80,6 @@ def _te_placeholder(*args, **kwargs):
     raise RuntimeError("Transformer Engine placeholder: never called by the argument check")
 
 
-class CheckFailure(Exception):
-    pass
-
-
-def need(cond, msg):
-    if not cond:
-        raise CheckFailure(msg)
-
-
-def load_plan(d: Path) -> dict:
-    for name in ("plan.yaml", "plan.yml", "plan.json"):
-        p = d / name
-        if p.exists():
-            return json.loads(p.read_text()) if p.suffix == ".json" else yaml.safe_load(p.read_text())
-    raise CheckFailure("no plan.yaml / plan.json")
-
-
 def arg_lines(text: str) -> list[str]:
     out = []
     for line in text.splitlines():
@@ -101,36 +88,10 @@ def arg_lines(text: str) -> list[str]:
     return out
 
 
-def run_launch(d: Path, tmp: Path) -> tuple[list[str], dict[str, str]]:
-    """argv torchrun gets from launch.sh, and the variables launch.sh set or changed."""
-    fake = tmp / "torchrun"
-    fake.write_text(FAKE_TORCHRUN)
-    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    base = {"PATH": f"{tmp}:{os.environ.get('PATH', '/usr/bin:/bin')}", "BAIGE_CAPTURE": str(tmp / "cap"),
-            "HOME": os.environ.get("HOME", "/tmp"), "MEGATRON_LM": "/megatron-lm"}
-    r = subprocess.run(["bash", str(d / "launch.sh")], env=base, capture_output=True, text=True, timeout=30,
-                       cwd=tmp)
-    need(r.returncode == 0, f"launch.sh exited {r.returncode}: {r.stderr.strip()[-300:]}")
-    argv = (tmp / "cap.argv").read_bytes().decode().split("\0")[:-1]
-    env = dict(kv.split("=", 1) for kv in (tmp / "cap.env").read_bytes().decode().split("\0") if "=" in kv)
-    changed = {k: v for k, v in env.items() if k not in base and k not in ("PWD", "SHLVL", "_", "OLDPWD")}
-    return argv, changed
-
-
 def split_torchrun(argv: list[str]) -> tuple[dict[str, str], list[str]]:
     idx = next((k for k, a in enumerate(argv) if a.endswith("pretrain_gpt.py")), None)
     need(idx is not None, f"launch.sh does not run pretrain_gpt.py: {argv[:12]}")
-    opts, k = {}, 0
-    while k < idx:
-        a = argv[k]
-        if a.startswith("--") and "=" in a:
-            key, val = a[2:].split("=", 1)
-            opts[key] = val
-            k += 1
-        else:
-            opts[a.lstrip("-")] = argv[k + 1]
-            k += 2
-    return {k.replace("_", "-"): v for k, v in opts.items()}, argv[idx + 1:]
+    return launcher_options(argv, idx), argv[idx + 1:]
 
 
 def chip_arch(plan: dict) -> int:
@@ -234,8 +195,9 @@ def check_dir(meg: Megatron, d: Path) -> list[str]:
              if ln.startswith("# cannot express:")]
 
     with tempfile.TemporaryDirectory() as t:
-        argv, launch_env = run_launch(d, Path(t))
-    trun, margs = split_torchrun(argv)
+        launch = capture_launch(d, Path(t), "torchrun", {"MEGATRON_LM": "/megatron-lm"})
+    launch_env = launch.changed
+    trun, margs = split_torchrun(launch.argv)
     txt = arg_lines((d / "megatron_args.txt").read_text())
     if margs != txt:
         k = next((k for k, (a, b) in enumerate(zip(margs, txt, strict=False)) if a != b), min(len(margs), len(txt)))
@@ -383,24 +345,10 @@ EDITS = (
 )
 
 
-def _cli(exe: str, *a: str) -> None:
-    r = subprocess.run([exe, *a], capture_output=True, text=True, timeout=300)
-    if r.returncode != 0:
-        raise CheckFailure(f"{' '.join(a[:3])}: exit {r.returncode}: {r.stderr.strip()[-300:]}")
-
-
 def make_plans(out: Path, exe: str) -> tuple[list[Path], int]:
-    """Plan and export every case into out/NAME; a case the CLI cannot make is reported as a failure."""
-    made, failed = [], []
-    for name, model, cluster, *opts in CASES:
-        d = out / name
-        d.mkdir(parents=True, exist_ok=True)
-        try:
-            _cli(exe, "plan", model, cluster, *opts, "--runtime", "megatron", "--out", str(d / "plan.yaml"))
-            _cli(exe, "export", str(d / "plan.yaml"), "--to", "megatron", "--out-dir", str(d))
-            made.append(d)
-        except CheckFailure as e:
-            failed.append(f"FAIL {d}: {e}")
+    """Plan and export every case into out/NAME, then the hand edits of EDITS; a case the CLI cannot make
+    is reported as a failure."""
+    made, failed = make_plans_with(out, exe, "megatron", CASES)
     for name, base, counts, change in EDITS:
         src, d = out / base, out / name
         if src not in made:
@@ -416,7 +364,7 @@ def make_plans(out: Path, exe: str) -> tuple[list[Path], int]:
         d.mkdir(parents=True, exist_ok=True)
         (d / "plan.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
         try:
-            _cli(exe, "export", str(d / "plan.yaml"), "--to", "megatron", "--out-dir", str(d))
+            cli(exe, "export", str(d / "plan.yaml"), "--to", "megatron", "--out-dir", str(d))
             made.append(d)
         except CheckFailure as e:
             failed.append(f"FAIL {d}: {e}")
@@ -426,22 +374,9 @@ def make_plans(out: Path, exe: str) -> tuple[list[Path], int]:
 
 
 def main(argv: list[str]) -> int:
-    verbose = "-v" in argv
-    argv = [a for a in argv if a != "-v"]
-    exe = str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "baige-plan")
-    out = None
-    dirs = []
-    k = 0
-    while k < len(argv):
-        if argv[k] in ("--make-plans", "--baige-plan") and k + 1 < len(argv):
-            if argv[k] == "--make-plans":
-                out = Path(argv[k + 1])
-            else:
-                exe = argv[k + 1]
-            k += 2
-        else:
-            dirs.append(Path(argv[k]))
-            k += 1
+    opts, dirs, verbose = parse_cli(argv)
+    exe = opts.get("--baige-plan", str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "baige-plan"))
+    out = Path(opts["--make-plans"]) if "--make-plans" in opts else None
     if not dirs and out is None:
         print(__doc__.split("\n\n")[1])
         return 2
@@ -455,19 +390,8 @@ def main(argv: list[str]) -> int:
     meg = Megatron()
     t1 = time.time()
     print(f"# megatron-core {meg.version}, torch {meg.torch.__version__}: imported in {t1 - t0:.1f} s", flush=True)
-    passed = 0
-    for d in dirs:
-        try:
-            notes = check_dir(meg, d)
-            print(f"ok {d}" + (f"  ({'; '.join(notes)})" if notes and verbose else ""), flush=True)
-            passed += 1
-        except CheckFailure as e:
-            print(f"FAIL {d}: {e}", flush=True)
-            failed += 1
-        except Exception as e:   # a bug here or an unexpected Megatron error: still one line per DIR
-            where = traceback.extract_tb(e.__traceback__)[-1]
-            print(f"FAIL {d}: {type(e).__name__} at {Path(where.filename).name}:{where.lineno}: {e}", flush=True)
-            failed += 1
+    passed, bad = run_serial(dirs, lambda d: check_dir(meg, d), verbose)
+    failed += bad
     print(f"# checked {len(dirs)} in {time.time() - t1:.1f} s", flush=True)
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0

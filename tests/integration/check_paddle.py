@@ -51,22 +51,14 @@ import sys
 import tempfile
 from pathlib import Path
 
+from _checklib import load_plan
+
 ARGS_FILE = "paddleformers_args.yaml"
 CONFIG_FILE = "config.json"
-PLAN_FILES = ("plan.yaml", "plan.yml", "plan.json")
 DATA = "1.0 /nonexistent/pretrain_text_document"   # what launch.sh passes as input_dir (DATA)
 
 
 # ----------------------------------------------------------------------------------------------- the plan
-def load_plan(d: Path) -> dict:
-    import yaml
-    for name in PLAN_FILES:
-        p = d / name
-        if p.exists():
-            return json.loads(p.read_text()) if name.endswith(".json") else yaml.safe_load(p.read_text())
-    raise FileNotFoundError(f"no plan file ({', '.join(PLAN_FILES)}) in {d}")
-
-
 def plan_facts(doc: dict) -> dict:
     """What the export must mean, from the plan document (shape 0 of a heterogeneous plan)."""
     s = dict(doc["strategy"])

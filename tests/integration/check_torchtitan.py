@@ -50,8 +50,6 @@ import json
 import logging
 import os
 import re
-import stat
-import subprocess
 import sys
 import tempfile
 import time
@@ -59,31 +57,11 @@ import traceback
 import warnings
 from pathlib import Path
 
-import yaml
+from _checklib import CheckFailure, capture_launch, launcher_options, load_plan, need, parse_cli
+from _checklib import make_plans as make_plans_with
 
 VERSION = "0.3.0"
 CONFIG_MODULE = "baige_torchtitan_config"
-FAKE_TORCHRUN = """#!/usr/bin/env bash
-printf '%s\\0' "$@" > "$BAIGE_CAPTURE.argv"
-env -0 > "$BAIGE_CAPTURE.env"
-"""
-
-
-class CheckFailure(Exception):
-    pass
-
-
-def need(cond, msg):
-    if not cond:
-        raise CheckFailure(msg)
-
-
-def load_plan(d: Path) -> dict:
-    for name in ("plan.yaml", "plan.yml", "plan.json"):
-        p = d / name
-        if p.exists():
-            return json.loads(p.read_text()) if p.suffix == ".json" else yaml.safe_load(p.read_text())
-    raise CheckFailure("no plan.yaml / plan.json")
 
 
 def expected(plan: dict) -> dict:
@@ -106,39 +84,11 @@ def expected(plan: dict) -> dict:
     return e
 
 
-def run_launch(d: Path, tmp: Path) -> tuple[list[str], dict[str, str]]:
-    """argv torchrun gets from launch.sh, and the variables launch.sh set or changed."""
-    fake = tmp / "torchrun"
-    fake.write_text(FAKE_TORCHRUN)
-    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    # this venv's bin next: launch.sh asks python3 for torchtitan.__version__
-    path = f"{tmp}:{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"
-    base = {"PATH": path, "BAIGE_CAPTURE": str(tmp / "cap"), "HOME": os.environ.get("HOME", "/tmp")}
-    r = subprocess.run(["bash", str(d / "launch.sh")], env=base, capture_output=True, text=True, timeout=60,
-                       cwd=tmp)
-    need(r.returncode == 0, f"launch.sh exited {r.returncode}: {r.stderr.strip()[-300:]}")
-    need("target torchtitan" not in r.stderr, f"launch.sh: {r.stderr.strip()[-200:]}")
-    argv = (tmp / "cap.argv").read_bytes().decode().split("\0")[:-1]
-    env = dict(kv.split("=", 1) for kv in (tmp / "cap.env").read_bytes().decode().split("\0") if "=" in kv)
-    changed = {k: v for k, v in env.items() if base.get(k) != v and k not in ("PWD", "SHLVL", "_", "OLDPWD")}
-    return argv, changed
-
-
 def split_torchrun(argv: list[str]) -> tuple[dict[str, str], list[str]]:
     need("-m" in argv, f"launch.sh does not run a module: {argv[:12]}")
     idx = argv.index("-m")
     need(argv[idx + 1] == "torchtitan.train", f"launch.sh runs -m {argv[idx + 1]}, not torchtitan.train")
-    opts, k = {}, 0
-    while k < idx:
-        a = argv[k]
-        if "=" in a:
-            key, val = a[2:].split("=", 1)
-            opts[key] = val
-            k += 1
-        else:
-            opts[a.lstrip("-")] = argv[k + 1]
-            k += 2
-    return {k.replace("_", "-"): v for k, v in opts.items()}, argv[idx + 2:]
+    return launcher_options(argv, idx), argv[idx + 2:]
 
 
 class Titan:
@@ -253,8 +203,11 @@ def check_dir(tt: Titan, d: Path) -> list[str]:
     need(f"torchtitan=={VERSION}" in (d / "torchtitan_args.txt").read_text(),
          f"torchtitan_args.txt does not name torchtitan=={VERSION}")
     with tempfile.TemporaryDirectory() as tmp:
-        argv, env = run_launch(d, Path(tmp))
-    opts, args = split_torchrun(argv)
+        # this venv's bin next: launch.sh asks python3 for torchtitan.__version__
+        launch = capture_launch(d, Path(tmp), "torchrun", {}, path_first=str(Path(sys.executable).parent), timeout=60)
+    need("target torchtitan" not in launch.stderr, f"launch.sh: {launch.stderr.strip()[-200:]}")
+    env = launch.changed
+    opts, args = split_torchrun(launch.argv)
     nnodes, nproc = int(opts.get("nnodes", 1)), int(opts.get("nproc-per-node", 1))
     need(nnodes * nproc == e["world"], f"torchrun starts {nnodes} x {nproc} ranks, the plan has {e['world']}")
     if any(a == "--module" for a in args) and args[args.index("--module") + 1] == CONFIG_MODULE:
@@ -453,24 +406,9 @@ CASES = (
 )
 
 
-def _cli(exe: str, *a: str) -> None:
-    r = subprocess.run([exe, *a], capture_output=True, text=True, timeout=300)
-    if r.returncode != 0:
-        raise CheckFailure(f"{' '.join(a[:3])}: exit {r.returncode}: {r.stderr.strip()[-300:]}")
-
-
 def make_plans(out: Path, exe: str) -> tuple[list[Path], int]:
     """Plan and export every case into out/NAME; a case the CLI cannot make is reported as a failure."""
-    made, failed = [], []
-    for name, model, cluster, *opts in CASES:
-        d = out / name
-        d.mkdir(parents=True, exist_ok=True)
-        try:
-            _cli(exe, "plan", model, cluster, *opts, "--runtime", "torchtitan", "--out", str(d / "plan.yaml"))
-            _cli(exe, "export", str(d / "plan.yaml"), "--to", "torchtitan", "--out-dir", str(d))
-            made.append(d)
-        except CheckFailure as x:
-            failed.append(f"FAIL {d}: {x}")
+    made, failed = make_plans_with(out, exe, "torchtitan", CASES)
     for line in failed:
         print(line, flush=True)
     return made, len(failed)
@@ -522,25 +460,10 @@ def check_all(tt: Titan, dirs: list[Path], jobs: int) -> list[dict]:
 
 
 def main(argv: list[str]) -> int:
-    verbose = "-v" in argv
-    argv = [a for a in argv if a != "-v"]
-    exe = str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "baige-plan")
-    out = None
-    jobs = os.cpu_count() or 1
-    dirs = []
-    k = 0
-    while k < len(argv):
-        if argv[k] in ("--make-plans", "--baige-plan", "-j") and k + 1 < len(argv):
-            if argv[k] == "--make-plans":
-                out = Path(argv[k + 1])
-            elif argv[k] == "-j":
-                jobs = max(1, int(argv[k + 1]))
-            else:
-                exe = argv[k + 1]
-            k += 2
-        else:
-            dirs.append(Path(argv[k]))
-            k += 1
+    opts, dirs, verbose = parse_cli(argv, ("--make-plans", "--baige-plan", "-j"))
+    exe = opts.get("--baige-plan", str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "baige-plan"))
+    out = Path(opts["--make-plans"]) if "--make-plans" in opts else None
+    jobs = max(1, int(opts["-j"])) if "-j" in opts else (os.cpu_count() or 1)
     if not dirs and out is None:
         print(__doc__.split("\n\n")[1])
         return 2
