@@ -79,9 +79,10 @@ def test_evaluate_plan_reproduces_and_single_layer_moves_do_not_help(plan_file, 
     assert moves >= 2
 
 
-def test_pins_that_are_per_stage_are_rejected():
-    r = runner.invoke(app, ARGS + ["--tp", "8"])
-    assert r.exit_code == 2 and "--tp" in r.stderr
+def test_pins_that_cannot_apply_to_every_shape_are_rejected():
+    for pin in (["--dp", "8"], ["--cp", "2"], ["--vpp", "2"], ["--ep", "2"]):
+        r = runner.invoke(app, ARGS + pin)
+        assert r.exit_code == 2 and pin[0] in r.stderr, (pin, r.output)
 
 
 def test_exports_say_what_they_cannot_express(plan_file):

@@ -67,6 +67,9 @@ def evaluate(
             from baige_plan.io.plans import evaluate_plan_file
             doc, fits = evaluate_plan_file(plan)
             _emit_doc(doc, fmt, fits)
+            if not fits:
+                err(doc.get("bottleneck", "does not fit in memory"))
+                raise typer.Exit(1)
             return
         if model is None or cluster is None:
             raise InputError("evaluate", "MODEL CLUSTER", "give a model and a cluster, or --plan PLAN_FILE")

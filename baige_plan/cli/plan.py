@@ -84,15 +84,25 @@ def plan(
         check_pins_runtime(rt_name, job, zero=zero, vpp=vpp, cp=cp, ep=ep, etp=etp, pp=pp,
                            recompute=recompute.value if recompute else None, sequence_parallel=sequence_parallel, tp=tp)
         if cl.is_heterogeneous:
-            pinned = {k: v for k, v in (("--tp", tp), ("--pp", pp), ("--dp", dp), ("--cp", cp), ("--ep", ep),
-                                          ("--etp", etp), ("--vpp", vpp)) if v is not None}
-            if pinned:
-                raise InputError("plan", ", ".join(pinned), "heterogeneous plans choose these per pipeline shape and "
-                                 "stage; pin only --micro-batch, --zero, --recompute, --sequence-parallel")
+            # every option applies to every pipeline shape, or is refused: replicas differ per shape (--dp),
+            # and the heterogeneous runtime runs no cp/ep/vpp across chip groups (runtimes/flagscale.py)
+            refused = {k: v for k, v in (("--dp", dp), ("--cp", cp if cp != 1 else None),
+                                          ("--ep", ep if ep != 1 else None), ("--etp", etp if etp != 1 else None),
+                                          ("--vpp", vpp if vpp != 1 else None)) if v is not None}
+            if refused:
+                raise InputError("plan", ", ".join(refused), "on a cluster of several groups each pipeline shape "
+                                 "has its own replicas, and the heterogeneous runtime runs no cp, ep or vpp; pin "
+                                 "--tp, --pp, --micro-batch, --zero, --recompute, --sequence-parallel, or cap with "
+                                 "--max-tp, --max-pp, --max-micro-batch")
             from baige_plan.cli.plan_hetero import plan_hetero
+            from baige_plan.search.hetero_templates import Limits
+            lim = Limits(max_tp=max_tp, max_pp=max_pp, max_micro_batch=max_micro_batch, tp=tp, pp=pp,
+                         micro_batch=micro_batch, zero=zero, recompute=recompute.value if recompute else None,
+                         sequence_parallel=sequence_parallel)
             plan_hetero(cat, m, cl, job, micro_batch=micro_batch, zero=zero, recompute=recompute,
                         sequence_parallel=sequence_parallel, attention=attention.value,
-                        max_memory_frac=max_memory_frac, time_limit=time_limit, out=out, fmt=fmt, runtime=rt_name)
+                        max_memory_frac=max_memory_frac, time_limit=time_limit, out=out, fmt=fmt, runtime=rt_name,
+                        lim=lim)
             return
         bounds = Bounds(max_tp=max_tp, max_pp=max_pp, max_cp=max_cp, max_micro_batch=max_micro_batch,
                         max_memory_frac=max_memory_frac, runtime=rt_name)

@@ -17,7 +17,8 @@ from baige_plan.specs.topology import ClusterSpec
 
 def plan_hetero(cat, m: ModelSpec, cl: ClusterSpec, job: JobSpec, *, micro_batch: int | None, zero: int | None,
                 recompute: Recompute | None, sequence_parallel: bool | None, attention: str, max_memory_frac: float,
-                time_limit: float | None, out: Path | None, fmt: Fmt, runtime: str = "flagscale") -> None:
+                time_limit: float | None, out: Path | None, fmt: Fmt, runtime: str = "flagscale",
+                lim=None) -> None:
     from baige_plan.io.hetero_plans import hetero_plan_doc, hetero_plans_doc
     from baige_plan.io.plans import chip_docs_from_catalog, dumps, format_for
     from baige_plan.io.render_plans import hetero_tables, print_tables
@@ -33,7 +34,7 @@ def plan_hetero(cat, m: ModelSpec, cl: ClusterSpec, job: JobSpec, *, micro_batch
                  f"for {job.precision} (peak, GEMM efficiency, HBM bandwidth or memory); supply a measured chip file")
     try:
         r = solve(m, cl, job, base, memory_frac=max_memory_frac, time_limit_s=time_limit or 10.0,
-                  recompute_pinned=recompute is not None)
+                  recompute_pinned=recompute is not None, lim=lim)
         chip_docs = chip_docs_from_catalog(cat, cl) if out else {}
     except InputError as ex:
         fail_input(ex)

@@ -20,13 +20,16 @@ from baige_plan.specs.topology import ClusterSpec
 SOLVER = "OR-Tools CP-SAT over layer splits and batch shares per pipeline template + exact-model polish"
 
 
-def hetero_estimate_dict(e: Estimate, p: PipelinesSpec, standalone: dict[str, float]) -> dict:
+def hetero_estimate_dict(e: Estimate, p: PipelinesSpec, standalone: dict[str, float],
+                         idle: tuple[tuple[str, int, str], ...] = ()) -> dict:
     """The contract estimate plus, for plans on several groups, `heterogeneous_efficiency` (SPEC §4),
     the per-group standalone throughputs it comes from, per-shape times and the bridge traffic."""
     d = estimate_dict(e)
     d["heterogeneous_efficiency"] = rnd(heterogeneous_efficiency(e.tokens_per_s, standalone))
     d["standalone_tokens_per_s"] = {g: rnd(v) for g, v in sorted(standalone.items())}
     d["devices_used"] = dict(sorted(p.devices_by_group().items()))
+    if idle:
+        d["idle_devices"] = [Flow(group=g, devices=n, why=why) for g, n, why in idle]
     d["shapes"] = [{"replicas": r, "micro_batches": m, "pipeline_time_s": rnd(t),
                     "stages": [Flow(layers=list(c.layers), time_per_micro_batch_s=rnd(c.time_s),
                                     memory_gib=rnd(c.memory_gib)) for c in costs]}
@@ -68,13 +71,13 @@ def hetero_plan_doc(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, r: Het
                    "sha256": {"model": _sha(mdoc), "cluster": _sha(cdoc), "job": _sha(jdoc)}},
         "strategy": Flow(strategy_dict(e.strategy, e.global_batch)),
         "pipelines": hetero_pipelines_doc(p, e),
-        "estimate": hetero_estimate_dict(e, p, r.standalone),
+        "estimate": hetero_estimate_dict(e, p, r.standalone, r.idle),
         "placement": [Flow(x.as_dict()) for x in slots],
         "search": _search_doc(r, True, max_memory_frac),
     }
 
 
 def hetero_plans_doc(r: HeteroResult, max_memory_frac: float) -> dict:
-    d = hetero_estimate_dict(r.estimate, r.pipelines, r.standalone)
+    d = hetero_estimate_dict(r.estimate, r.pipelines, r.standalone, r.idle)
     d["pipelines"] = hetero_pipelines_doc(r.pipelines, r.estimate)
     return {"schema": PLANS_SCHEMA, "plans": [d], "search": _search_doc(r, False, max_memory_frac)}

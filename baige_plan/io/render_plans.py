@@ -132,6 +132,8 @@ def hetero_tables(plan: dict, title: str) -> list[Table]:
                  f"{est.get('heterogeneous_efficiency', 0):.1%} of the sum of each group alone ("
                  + ", ".join(f"{g} {v:,.0f} tokens/s" for g, v in sa.items()) + ")")
     head.add_row("devices used", ", ".join(f"{g} {n}" for g, n in est.get("devices_used", {}).items()))
+    for x in est.get("idle_devices") or []:
+        head.add_row("idle devices", f"{x['group']} {x['devices']}: {x['why']}")
     head.add_row("peak memory", f"{est['peak_memory_gib']:.1f} GiB of {est.get('memory_capacity_gib', 0):g} GiB")
     head.add_row("bottleneck", est["bottleneck"])
     sh = Table(title="pipeline shapes (stages: group tp [layers))", title_justify="left")

@@ -138,6 +138,10 @@ RUNTIME = replace(
     extra_refusal=None,
 )
 
+# One pipeline structure per job (process meshes chained in order; no data parallelism across meshes):
+# the heterogeneous search skips templates of several pipeline shapes on different groups.
+ONE_PIPELINE = True
+
 _KNOB_DEFAULTS = {"micro_batch": 1, "cp": 1, "ep": 1, "etp": 1, "zero": 1, "vpp": 1, "recompute": "selective",
                   "sequence_parallel": True}
 _KNOBS = tuple(_KNOB_DEFAULTS)

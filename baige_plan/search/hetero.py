@@ -1,5 +1,6 @@
 """Heterogeneous plan search: OR-Tools CP-SAT over layer splits and batch shares, inside an
-enumeration of pipeline templates (which groups host which stages, tp per group).
+enumeration of pipeline templates (search/hetero_templates.py: which groups host which stages, in
+which order, tp per group, replicas, per-shape knobs).
 
 Model (one template; all times integers in TIME_UNIT_S, rounded up):
 
@@ -30,7 +31,15 @@ Constraints
     (v = 0: shape j idle, no bound)
 Objective
     minimise T
-The product m_j·τ_j is linearised by the indicator rows above (one per candidate v). Exposed
+The product m_j·τ_j is linearised by the indicator rows above (one per candidate v).
+A template of ONE shape has a single candidate v = B/u (m fixed), and the model reduces to
+    minimise (m − 1)·max_i t_i + Σ_i t_i,  t_i = a_i x_i + c_i,  Σ x_i = L,  1 ≤ x_i ≤ M_i (memory)
+which `sweep_single` solves exactly without CP-SAT: at the optimum the slowest stage time is one
+of the values τ ∈ {a_i x + c_i}; for a given τ each stage may take x_i ≤ U_i(τ) = min(M_i,
+⌊(τ − c_i)/a_i⌋) layers, and Σ a_i x_i is smallest when the layers beyond one per stage go to the
+stages of smallest a_i first (a fractional-knapsack fill, exact for integers since every layer
+weighs 1). Evaluating T at that fill for every candidate τ and keeping the least (ties: smallest τ)
+is the optimum of the same model (numpy over all candidates at once). Exposed
 DP/bridge gradient traffic and the optimizer step are not in the linear model; every solution is
 re-estimated with the exact cost model (cost/hetero.py), the best ones are polished by moving
 layers across stage boundaries and micro-batches between shapes while the exact step time
@@ -44,24 +53,40 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, replace
-from itertools import combinations, product
+from itertools import product
 
+import numpy as np
 from ortools.sat.python import cp_model
 
 from baige_plan import runtimes
-from baige_plan.cost.compute import ChipRates
 from baige_plan.cost.estimate import Estimate, stage_cost
-from baige_plan.cost.hetero import _p2p_links, _stage_strategy, estimate_pipelines
+from baige_plan.cost.hetero import _p2p_links, _stage_strategy
 from baige_plan.errors import SpecError
+from baige_plan.search.hetero_templates import (
+    Limits,
+    Template,
+    even_split,
+    exact,
+    knobs_of,
+    missing_figure,
+    runs_on,
+    search_group,
+    standalone_best,
+    templates,
+)
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
-from baige_plan.specs.pipeline import PipelineShape, PipelinesSpec, ShapeKnobs, StageSpec
+from baige_plan.specs.pipeline import PipelineShape, PipelinesSpec, StageSpec
 from baige_plan.specs.strategy import StrategySpec
-from baige_plan.specs.topology import ClusterSpec, GroupSpec
+from baige_plan.specs.topology import ClusterSpec
+
+# names other modules (oracle, CLI, tests) import from here
+_exact, _templates, _search_group = exact, templates, search_group
+__all__ = ["HeteroResult", "Limits", "Template", "knobs_of", "runs_on", "solve", "polish", "even_split",
+           "standalone_best", "standalone_throughputs", "heterogeneous_efficiency", "pipelines_dicts"]
 
 TIME_UNIT_S = 1e-5
 MEM_UNIT_GIB = 1e-3
-MAX_SPANNING_REPLICAS = 6   # replica counts tried per spanning order (fewest pipeline stages first)
 GAP_LIMIT = 0.002           # CP-SAT stops within 0.2% of its bound (reported as the gap)
 POLISH_EVALS = 600          # exact evaluations spent polishing (half on the best solution)
 CP_SAT_MAX_PER_TEMPLATE = 0.1  # deterministic seconds of CP-SAT per template at most
@@ -81,182 +106,85 @@ class HeteroResult:
     seconds: float
     standalone: dict[str, float]          # group -> tokens/s of its best plan alone
     runners_up: tuple[tuple[str, Estimate], ...]   # (template label, estimate), next best first
+    idle: tuple[tuple[str, int, str], ...] = ()    # (group, idle devices, why), for groups not fully used
 
 
-@dataclass(frozen=True)
-class Template:
-    """Shapes as (replicas, ((group, tp, stages_on_group), ...), knobs) in pipeline order."""
-
-    shapes: tuple[tuple[int, tuple[tuple[str, int, int], ...], ShapeKnobs], ...]
-
-    def label(self) -> str:
-        parts = []
-        for r, segs, kn in self.shapes:
-            extra = "".join(f" {k}{'' if isinstance(v, str) else ''}{v}" for k, v in sorted(kn.items().items()))
-            parts.append(f"{r}x[" + " > ".join(f"{g} tp{tp} pp{n}" for g, tp, n in segs) + f"{extra}]")
-        return " + ".join(parts)
-
-
-def knobs_of(s: StrategySpec) -> ShapeKnobs:
-    """Shape knobs from a homogeneous strategy. Interleaving is dropped (vpp 1): the solver moves
-    single layers between stages, which whole model chunks would forbid."""
-    return ShapeKnobs(micro_batch=s.micro_batch, cp=s.cp, ep=s.ep, etp=s.etp, zero=s.zero, vpp=1,
-                      recompute=s.recompute, sequence_parallel=bool(s.sequence_parallel))
-
-
-def _tp_options(model: ModelSpec, g: GroupSpec) -> list[int]:
-    return [t for t in (1, 2, 4, 8, 16) if t <= g.devices_per_node and g.devices_per_node % t == 0
-            and model.heads % t == 0 and model.kv_heads % t == 0 and model.ffn_hidden % t == 0]
-
-
-def runs_on(g: GroupSpec, job: JobSpec) -> bool:
-    """The group's chip has the numbers the cost model needs for this precision."""
-    try:
-        ChipRates.of(g.chip, job.precision)
-        g.chip.gemm_curve(ChipRates.of(g.chip, job.precision).dtype)
-        g.chip.need("memory_gib")
-    except SpecError:
-        return False
-    return True
-
-
-def even_split(layers: int, pp: int) -> tuple[tuple[int, int], ...]:
-    """Layer ranges for pp stages as even as possible; the extra layers go to the middle stages
-    (the first and last also carry the embedding and the logits)."""
-    base, extra = divmod(layers, pp)
-    counts = [base] * pp
-    order = sorted(range(pp), key=lambda i: (i in (0, pp - 1), abs(i - (pp - 1) / 2), i))
-    for i in order[:extra]:
-        counts[i] += 1
-    out, start = [], 0
-    for c in counts:
-        out.append((start, start + c))
-        start += c
-    return tuple(out)
-
-
-def standalone_best(model: ModelSpec, g: GroupSpec, job: JobSpec, base: StrategySpec, memory_frac: float,
-                    max_pp: int = 64) -> list[tuple[float, tuple[int, int, int], Estimate]]:
-    """Best plans of one group alone (same model and job): (step s, (tp, pp, dp), estimate), fastest
-    first, over tp and pp with the layers split as evenly as possible (uneven when pp does not
-    divide them), all the group's devices used."""
-    out = []
-    cl = ClusterSpec(name=g.name, groups=(g,))
-    for tp in _tp_options(model, g):
-        for pp in range(1, min(max_pp, model.layers) + 1):
-            if g.devices % (tp * pp):
-                continue
-            dp = g.devices // (tp * pp)
-            if job.global_batch % (dp * base.micro_batch):
-                continue
-            m = job.global_batch // (dp * base.micro_batch)
-            stages = tuple(StageSpec(g.name, rng, tp) for rng in even_split(model.layers, pp))
-            p = PipelinesSpec((PipelineShape(dp, m, stages),), micro_batch=base.micro_batch, zero=base.zero,
-                              runtime=base.runtime,
-                              recompute=base.recompute, sequence_parallel=bool(base.sequence_parallel),
-                              attention=base.attention)
-            e = _exact(model, cl, job, p, memory_frac)
-            if e is not None:
-                out.append((e.step_time_s, (tp, pp, dp), e))
-    out.sort(key=lambda t: (t[0], t[1]))
-    return out
-
-
-def _search_group(model: ModelSpec, g: GroupSpec, job: JobSpec, memory_frac: float, top: int,
-                  time_limit_s: float | None) -> list[Estimate]:
-    """The homogeneous search's top plans for group g alone (any cp, zero, micro-batch, vpp, recompute)."""
-    from baige_plan.search.solver import search
-    from baige_plan.search.space import Bounds
-
-    if not runs_on(g, job):
-        return []
-    try:
-        return list(search(model, ClusterSpec(name=g.name, groups=(g,)), job, Bounds(max_memory_frac=memory_frac),
-                           top=top, time_limit_s=time_limit_s).plans)
-    except SpecError:
-        return []
-
-
-def _group_plans(model: ModelSpec, g: GroupSpec, job: JobSpec, base: StrategySpec, memory_frac: float,
-                 top: int, searched: list[Estimate]) -> list[tuple[float, int, int, int, ShapeKnobs]]:
-    """A group's best single-group plans as (step s, tp, pp, replicas, knobs): the homogeneous
-    search's top plans (their layer split is re-decided by the solver) and even/uneven pipelines
-    at the plan-wide settings."""
-    out = [(e.step_time_s, e.strategy.tp, e.strategy.pp, e.strategy.dp, knobs_of(e.strategy)) for e in searched]
-    for t, (tp, pp, dp), _e in standalone_best(model, g, job, base, memory_frac)[:top]:
-        out.append((t, tp, pp, dp, ShapeKnobs()))
-    out.sort(key=lambda x: (x[0], x[1], x[2], x[3], sorted(x[4].items().items())))
-    return out[:top]
-
-
-def _templates(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySpec, memory_frac: float,
-               per_group_top: int, searched: dict[str, list[Estimate]] | None = None
-               ) -> tuple[list[Template], dict[str, float]]:
-    """Outer enumeration: (1) any non-empty subset of groups, each running its own shape with one
-    of its best single-group plans (tp, pp, replicas and knobs); (2) one spanning shape over all
-    groups (both orders for two groups), tp = each group's best, replicas r common with no idle
-    device, pp_g = D_g / (tp_g r), plan-wide knobs."""
-    best: dict[str, list[tuple[int, int, int, ShapeKnobs]]] = {}
-    standalone: dict[str, float] = {}
-    for g in cluster.groups:
-        if searched is None or g.name not in searched:
-            found = _search_group(model, g, job, memory_frac, per_group_top, None)
-        else:
-            found = searched[g.name]
-        ranked = _group_plans(model, g, job, base, memory_frac, per_group_top, found) if runs_on(g, job) else []
-        if ranked:
-            standalone[g.name] = job.tokens / ranked[0][0]
-        best[g.name] = [(tp, pp, dp, kn) for _, tp, pp, dp, kn in ranked]
-    temps: list[Template] = []
-    usable = [g for g in cluster.groups if best[g.name]]
-    # every non-empty subset of the usable groups (leaving a group out avoids its bridge traffic)
-    for size in range(1, len(usable) + 1):
-        for subset in combinations(usable, size):
-            for combo in product(*[best[g.name] for g in subset]):
-                temps.append(Template(tuple((dp, ((g.name, tp, pp),), kn)
-                                            for g, (tp, pp, dp, kn) in zip(subset, combo, strict=True))))
-    groups = [g for g in cluster.groups if runs_on(g, job)]
-    orders = [groups] if len(groups) != 2 else [groups, groups[::-1]]
-    tp_best = {g.name: (best[g.name][0][0] if best[g.name] else max(_tp_options(model, g) or [1]))
-               for g in groups}
-    for order in orders:
-        # replicas r with no idle device: r divides every D_g / tp_g; fewest stages first
-        rs = [r for r in range(1, min(g.devices // tp_best[g.name] for g in order) + 1)
-              if all((g.devices // tp_best[g.name]) % r == 0 for g in order)
-              and sum(g.devices // (tp_best[g.name] * r) for g in order) <= model.layers]
-        for r in sorted(rs, reverse=True)[:MAX_SPANNING_REPLICAS]:
-            segs = tuple((g.name, tp_best[g.name], g.devices // (tp_best[g.name] * r)) for g in order)
-            temps.append(Template(((r, segs, ShapeKnobs()),)))
-    uniq = sorted(set(temps), key=lambda t: t.label())
-    return uniq, standalone
-
-
-def _affine(model, cluster, job, p_base: PipelinesSpec, shape_stages, j, i, m) -> tuple[float, float, float, float]:
-    """(a, c, u, k): time and memory per stage as affine functions of its layer count."""
+def _affine(model, cluster, job, p_base: PipelinesSpec, shape_stages, j, i, m,
+            cache: dict | None = None) -> tuple[float, float, float, float]:
+    """(a, c, u, k): time and memory per stage as affine functions of its layer count. `cache` (owned
+    by one search) memoises them by everything stage_cost reads: group, strategy, position, links."""
     sh = p_base.shapes[j]
     st = shape_stages[i]
     g = cluster.group(st.group)
+    shape = replace(sh, micro_batches=m, stages=tuple(shape_stages))
+    s = _stage_strategy(p_base, shape, st)
+    links = _p2p_links(cluster, shape, i)
+    key = ("affine", g.name, s, i, m, links)
+    if cache is not None and key in cache:
+        return cache[key]
     vals = []
     for n in (1, 2):
-        stages = tuple(StageSpec(s.group, (0, n), s.tp) if k == i else s for k, s in enumerate(shape_stages))
-        shape = replace(sh, micro_batches=m, stages=stages)
-        s = _stage_strategy(p_base, shape, stages[i])
-        c = stage_cost(model, g, job, s, i, 0, n, m, p2p_links=_p2p_links(cluster, shape, i))
+        c = stage_cost(model, g, job, s, i, 0, n, m, p2p_links=links)
         vals.append((c.time_s, c.memory_gib))
     (t1, m1), (t2, m2) = vals
-    return t2 - t1, t1 - (t2 - t1), m2 - m1, m1 - (m2 - m1)
+    out = (t2 - t1, t1 - (t2 - t1), m2 - m1, m1 - (m2 - m1))
+    if cache is not None:
+        cache[key] = out
+    return out
+
+
+def sweep_single(rows: list[tuple[float, float, float, float, float]], layers: int, m: int,
+                 chunk: int = 1) -> list[int] | None:
+    """Exact layer split of one shape (see the module docstring): rows (a, c, u, k, cap) per stage,
+    `layers` to place in whole chunks of `chunk`, m micro-batches. Returns layers per stage, or None
+    when no split fits in memory."""
+    a = np.array([r[0] for r in rows], dtype=float)
+    c = np.array([r[1] for r in rows], dtype=float)
+    u = np.array([r[2] for r in rows], dtype=float)
+    k = np.array([r[3] for r in rows], dtype=float)
+    cap = np.array([r[4] for r in rows], dtype=float)
+    S, Y = len(rows), layers // chunk
+    if layers % chunk or Y < S:
+        return None
+    # memory bound on chunks per stage
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mem = np.where(u > 0, np.floor((cap - k) / np.where(u > 0, u, 1.0) / chunk + 1e-9), Y)
+    mem = np.minimum(mem, Y - (S - 1)).astype(np.int64)
+    if (mem < 1).any() or mem.sum() < Y:
+        return None
+    ac = a * chunk
+    ys = np.arange(1, Y + 1)
+    taus = np.unique((ac[:, None] * ys[None, :] + c[:, None])[ys[None, :] <= mem[:, None]])
+    # chunks each stage may take at slowest-stage time tau
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lim = np.where(ac[None, :] > 0, np.floor((taus[:, None] - c[None, :]) / np.where(ac > 0, ac, 1.0) + 1e-9), Y)
+    lim = np.minimum(lim, mem[None, :]).astype(np.int64)
+    ok = (lim >= 1).all(axis=1) & (lim.sum(axis=1) >= Y)
+    if not ok.any():
+        return None
+    taus, lim = taus[ok], lim[ok]
+    order = np.argsort(a, kind="stable")           # cheapest per layer first
+    extra = (lim - 1)[:, order]
+    before = np.cumsum(extra, axis=1) - extra
+    take = np.clip((Y - S) - before, 0, extra)
+    x = np.empty_like(take)
+    x[:, order] = take + 1
+    t = ac[None, :] * x + c[None, :]
+    total = (m - 1) * t.max(axis=1) + t.sum(axis=1)
+    best = int(np.lexsort((taus, np.round(total, 12)))[0])
+    return [int(v) * chunk for v in x[best]]
 
 
 def _solve_template(model, cluster, job, t: Template, base: StrategySpec, memory_frac: float,
-                    time_limit_s: float) -> tuple[PipelinesSpec, str, float] | None:
+                    time_limit_s: float, cache: dict | None = None) -> tuple[PipelinesSpec, str, float] | None:
     try:
-        return _solve_template_cp(model, cluster, job, t, base, memory_frac, time_limit_s)
+        return _solve_template_cp(model, cluster, job, t, base, memory_frac, time_limit_s, cache)
     except SpecError:
         return None
 
 
 def _solve_template_cp(model, cluster, job, t: Template, base: StrategySpec, memory_frac: float,
-                       time_limit_s: float) -> tuple[PipelinesSpec, str, float] | None:
+                       time_limit_s: float, cache: dict | None = None) -> tuple[PipelinesSpec, str, float] | None:
     B = job.global_batch
     shapes_st = []
     for r, segs, kn in t.shapes:
@@ -279,12 +207,22 @@ def _solve_template_cp(model, cluster, job, t: Template, base: StrategySpec, mem
     for j, (_r, stages, _kn) in enumerate(shapes_st):
         rows = []
         for i, st in enumerate(stages):
-            a, c, u, k = _affine(model, cluster, job, p_base, stages, j, i, m_even)
+            a, c, u, k = _affine(model, cluster, job, p_base, stages, j, i, m_even, cache)
             cap = cluster.group(st.group).chip.need("memory_gib") * memory_frac
             if k + u > cap:
                 return None          # even one layer per stage does not fit
             rows.append((a, c, u, k, cap))
         coef.append(rows)
+    if len(shapes_st) == 1:
+        (r, stages, kn), sh = shapes_st[0], p_base.shapes[0]
+        counts = sweep_single(coef[0], model.layers, B // units[0], p_base.knob(sh, "vpp"))
+        if counts is None:
+            return None
+        start, out = 0, []
+        for s_, n in zip(stages, counts, strict=True):
+            out.append(StageSpec(s_.group, (start, start + n), s_.tp))
+            start += n
+        return replace(p_base, shapes=(PipelineShape(r, B // units[0], tuple(out), kn),)), "OPTIMAL", 0.0
     # Batch window: around the split proportional to each shape's speed (sequences/s) at an even
     # layer split.
     speed = []
@@ -354,14 +292,6 @@ def _solve_template_cp(model, cluster, job, t: Template, base: StrategySpec, mem
     gap = 0.0 if obj <= 0 else max(0.0, (obj - bound) / obj)
     status = "OPTIMAL" if st == cp_model.OPTIMAL else "FEASIBLE"
     return replace(p_base, shapes=tuple(shapes)), status, gap
-
-
-def _exact(model, cluster, job, p: PipelinesSpec, memory_frac: float, cache: dict | None = None) -> Estimate | None:
-    try:
-        e = estimate_pipelines(model, cluster, job, p, memory_frac, cache)
-    except SpecError:
-        return None
-    return e if e.fits else None
 
 
 def polish(model, cluster, job, p: PipelinesSpec, memory_frac: float,
@@ -456,23 +386,48 @@ def _neighbours(p: PipelinesSpec):
 
 def standalone_throughputs(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, memory_frac: float,
                            time_limit_s: float | None = 10.0,
-                           searched: dict[str, list[Estimate]] | None = None) -> dict[str, float]:
-    """Tokens/s of the best plan that uses each group alone (same model and job): the full
+                           searched: dict[str, list[Estimate]] | None = None, lim: Limits = Limits(),
+                           runtime: str = "megatron") -> dict[str, float]:
+    """Tokens/s of the best plan that uses each group alone (same model, job, caps and pins): the full
     homogeneous search, and the uneven-split pipelines this module also considers; the faster."""
     out = {}
     for g in cluster.groups:
         best = 0.0
         if runs_on(g, job):
             plans = searched[g.name] if searched is not None and g.name in searched else \
-                _search_group(model, g, job, memory_frac, 1, time_limit_s)
+                _search_group(model, g, job, memory_frac, 1, time_limit_s, lim, runtime)
             if plans:
                 best = plans[0].tokens_per_s
-            ranked = standalone_best(model, g, job, StrategySpec(), memory_frac)
-            ranked += standalone_best(model, g, job, StrategySpec(recompute="full"), memory_frac)
+            rcs = [lim.recompute] if lim.recompute else ["selective", "full"]
+            ranked = []
+            for rc in rcs:
+                base = StrategySpec(micro_batch=lim.micro_batch or 1, zero=1 if lim.zero is None else lim.zero,
+                                    recompute=rc, sequence_parallel=True if lim.sequence_parallel is None
+                                    else lim.sequence_parallel)
+                ranked += standalone_best(model, g, job, base, memory_frac, lim=lim)
             if ranked:
                 best = max(best, job.tokens / min(r[0] for r in ranked))
         out[g.name] = best
     return out
+
+
+def normalized(p: PipelinesSpec) -> PipelinesSpec:
+    """The same plan with every knob that all shapes share stated once, plan-wide, and only the
+    differing ones per shape: the plan file never states a plan-wide value its pipelines contradict."""
+    plan_wide = ("micro_batch", "zero", "recompute", "sequence_parallel")
+    shared = {}
+    for name in ("micro_batch", "zero", "recompute", "sequence_parallel", "cp", "ep", "etp", "vpp"):
+        vals = {p.knob(sh, name) for sh in p.shapes}
+        if len(vals) == 1:
+            shared[name] = vals.pop()
+    shapes = []
+    for sh in p.shapes:
+        kn = sh.knobs
+        for name, v in shared.items():
+            if name in plan_wide or v == 1:
+                kn = replace(kn, **{name: None})
+        shapes.append(replace(sh, knobs=kn))
+    return replace(p, shapes=tuple(shapes), **{k: v for k, v in shared.items() if k in plan_wide})
 
 
 def heterogeneous_efficiency(tokens_per_s: float, standalone: dict[str, float]) -> float:
@@ -506,33 +461,42 @@ def _runtime_ok(cluster: ClusterSpec, model: ModelSpec, p: PipelinesSpec, refuse
 
 
 def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySpec, *, memory_frac: float = 0.9,
-          time_limit_s: float = 10.0, per_group_top: int = 2, recompute_pinned: bool = False) -> HeteroResult:
-    """Best heterogeneous plan. Tries recompute selective then full unless pinned."""
+          time_limit_s: float = 10.0, per_group_top: int = 2, recompute_pinned: bool = False,
+          lim: Limits | None = None) -> HeteroResult:
+    """Best heterogeneous plan within the caps and pins `lim`. Tries recompute selective then full
+    unless pinned."""
     t0 = time.perf_counter()
-    variants = [base] if recompute_pinned else [replace(base, recompute=rc) for rc in ("selective", "full")]
-    searched = {g.name: _search_group(model, g, job, memory_frac, per_group_top, time_limit_s)
+    if lim is None:
+        lim = Limits(recompute=base.recompute if recompute_pinned else None)
+    variants = [base] if (recompute_pinned or lim.recompute) else \
+        [replace(base, recompute=rc) for rc in ("selective", "full")]
+    searched = {g.name: _search_group(model, g, job, memory_frac, per_group_top, time_limit_s, lim, base.runtime)
                 for g in cluster.groups}
+    one_pipeline = bool(getattr(runtimes.module(base.runtime), "ONE_PIPELINE", False))
     results = []
     seen: set[Template] = set()
     solves = 0
     pending: list[tuple[Template, StrategySpec]] = []
     for v in variants:
-        temps, _ = _templates(model, cluster, job, v, memory_frac, per_group_top, searched)
+        temps, _ = _templates(model, cluster, job, v, memory_frac, per_group_top, searched, lim)
         for t in temps:
             # templates whose shapes all carry their own knobs do not depend on the variant
             if all(kn.items() for _, _, kn in t.shapes) and t in seen:
                 continue
+            if one_pipeline and len(t.shapes) > 1:
+                continue        # shapes on different groups never merge into the runtime's one pipeline
             seen.add(t)
             pending.append((t, v))
     n_temps = len(pending)
     per = min(CP_SAT_MAX_PER_TEMPLATE, 0.5 * time_limit_s / max(1, n_temps))
+    cache: dict = {}
     for t, v in pending:
-        sol = _solve_template(model, cluster, job, t, v, memory_frac, per)
+        sol = _solve_template(model, cluster, job, t, v, memory_frac, per, cache)
         solves += 1
         if sol is None:
             continue
         p, status, gap = sol
-        e = _exact(model, cluster, job, p, memory_frac)
+        e = _exact(model, cluster, job, p, memory_frac, cache)
         if e is not None:
             results.append((e.step_time_s, f"{t.label()} recompute {v.recompute}", p, e, status, gap))
     # keep to what the runtime runs (e.g. FlagScale: one pipeline, no cp/vpp in hetero mode)
@@ -556,6 +520,35 @@ def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySp
                         f"{', '.join(v.recompute for v in variants)}); add devices or lower the micro-batch")
     results.sort(key=lambda r: (r[0], r[1]))
     _, label, p, e, status, gap = results[0]
+    p = normalized(p)
+    e = _exact(model, cluster, job, p, memory_frac) or e
     runners = tuple((lab, e_) for _st, lab, _p, e_, *_ in results[1:6])
-    standalone = standalone_throughputs(model, cluster, job, memory_frac, time_limit_s, searched)
-    return HeteroResult(p, e, status, gap, n_temps, solves, time.perf_counter() - t0, standalone, runners)
+    standalone = standalone_throughputs(model, cluster, job, memory_frac, time_limit_s, searched, lim, base.runtime)
+    idle = _idle_reasons(model, cluster, job, p, e, results, base.runtime)
+    return HeteroResult(p, e, status, gap, n_temps, solves, time.perf_counter() - t0, standalone, runners, idle)
+
+
+def _idle_reasons(model, cluster, job, p: PipelinesSpec, e: Estimate, results: list, runtime: str
+                  ) -> tuple[tuple[str, int, str], ...]:
+    """Why each group with idle devices is not used more: its chip lacks a figure, or the fastest plan
+    found that uses more of it is slower by how much, or no such plan fits / runs on the runtime."""
+    used = p.devices_by_group()
+    out = []
+    for g in cluster.groups:
+        idle = g.devices - used.get(g.name, 0)
+        if idle <= 0:
+            continue
+        missing = missing_figure(g, job)
+        if missing is not None:
+            why = f"its chip file lacks {missing} for {job.precision}"
+        else:
+            more = [r for r in results if r[2].devices_by_group().get(g.name, 0) > used.get(g.name, 0)]
+            if more:
+                t, lab = more[0][0], more[0][1]
+                why = (f"the fastest plan using more of it ({lab}) takes {t:.4g} s per step, "
+                       f"{t / e.step_time_s - 1:.1%} slower")
+            else:
+                why = (f"no plan that uses more of it fits in memory and runs on {runtime} "
+                       f"(devices do not divide into whole replicas, or memory)")
+        out.append((g.name, idle, why))
+    return tuple(out)

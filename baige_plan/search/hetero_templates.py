@@ -1,0 +1,287 @@
+"""Pipeline templates of the heterogeneous search: which groups host which stages, with which tp,
+how many replicas, and which per-shape knobs. The layer split and the batch shares are then
+decided per template by search/hetero.py (exact sweep or CP-SAT).
+
+Two families of templates:
+(1) group-local shapes: any non-empty subset of the usable groups, each group running its own
+    shape with one of its best single-group plans (tp, pp, replicas, knobs); several shapes are
+    data-parallel replicas of each other with their own batch share and micro-batch size;
+(2) spanning shapes: one pipeline whose consecutive stage *segments* sit on different groups, in
+    any order and visiting a group more than once (e.g. v100 > a100 x4 > v100 x2), each group with
+    its own tp, r replicas of the whole pipeline, all of a group's devices used
+    (Σ_segments of g tp_g·n_seg·r = D_g), per-shape micro-batch size b.
+User caps and pins (`Limits`) apply to every template: tp <= max_tp (or = tp), stages <= max_pp
+(or = pp), micro-batch <= max_micro_batch (or = micro_batch), zero/recompute/sequence parallel as
+pinned (they reach the single-group searches as pins and the spanning shapes through the base
+strategy).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import combinations, permutations, product
+
+from baige_plan.cost.compute import ChipRates
+from baige_plan.cost.estimate import Estimate
+from baige_plan.cost.hetero import estimate_pipelines
+from baige_plan.errors import SpecError
+from baige_plan.specs.job import JobSpec
+from baige_plan.specs.model import ModelSpec
+from baige_plan.specs.pipeline import PipelineShape, PipelinesSpec, ShapeKnobs, StageSpec
+from baige_plan.specs.strategy import StrategySpec
+from baige_plan.specs.topology import ClusterSpec, GroupSpec
+
+MAX_SPANNING_REPLICAS = 4   # replica counts tried per spanning (tp, order), fewest pipeline stages first
+SPANNING_TP_PER_GROUP = 2   # tp values tried per group in spanning shapes (its best single-group plans' first)
+SPANNING_MICRO_BATCHES = (1, 2, 4)   # micro-batch sizes tried for spanning shapes (unless pinned)
+MAX_REVISIT_SPLITS = 3      # ways to split a revisited group's stages between its two segments
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Search options of `plan` that every pipeline shape honours (None = free)."""
+
+    max_tp: int | None = None
+    max_pp: int | None = None
+    max_micro_batch: int = 16
+    tp: int | None = None
+    pp: int | None = None
+    micro_batch: int | None = None
+    zero: int | None = None
+    recompute: str | None = None
+    sequence_parallel: bool | None = None
+
+    def __post_init__(self) -> None:
+        for k in ("max_tp", "max_pp", "max_micro_batch", "tp", "pp", "micro_batch"):
+            v = getattr(self, k)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+                raise SpecError(f"--{k.replace('_', '-')}", f"must be a positive integer, got {v!r}")
+
+    def tp_ok(self, tp: int) -> bool:
+        return (self.tp is None or tp == self.tp) and (self.max_tp is None or tp <= self.max_tp)
+
+    def pp_ok(self, pp: int) -> bool:
+        return (self.pp is None or pp == self.pp) and (self.max_pp is None or pp <= self.max_pp)
+
+    def mb_ok(self, b: int) -> bool:
+        return (self.micro_batch is None or b == self.micro_batch) and b <= self.max_micro_batch
+
+    def knobs_ok(self, kn: ShapeKnobs, base: StrategySpec) -> bool:
+        v = {k: getattr(kn, k) if getattr(kn, k) is not None else getattr(base, k)
+             for k in ("micro_batch", "zero", "recompute", "sequence_parallel")}
+        return (self.mb_ok(v["micro_batch"]) and (self.zero is None or v["zero"] == self.zero)
+                and (self.recompute is None or v["recompute"] == self.recompute)
+                and (self.sequence_parallel is None or bool(v["sequence_parallel"]) == self.sequence_parallel))
+
+
+@dataclass(frozen=True)
+class Template:
+    """Shapes as (replicas, ((group, tp, stages_on_group), ...), knobs) in pipeline order."""
+
+    shapes: tuple[tuple[int, tuple[tuple[str, int, int], ...], ShapeKnobs], ...]
+
+    def label(self) -> str:
+        parts = []
+        for r, segs, kn in self.shapes:
+            extra = "".join(f" {k}{v}" for k, v in sorted(kn.items().items()))
+            parts.append(f"{r}x[" + " > ".join(f"{g} tp{tp} pp{n}" for g, tp, n in segs) + f"{extra}]")
+        return " + ".join(parts)
+
+
+def knobs_of(s: StrategySpec) -> ShapeKnobs:
+    """Shape knobs from a homogeneous strategy. Interleaving is dropped (vpp 1): the solver moves
+    single layers between stages, which whole model chunks would forbid."""
+    return ShapeKnobs(micro_batch=s.micro_batch, cp=s.cp, ep=s.ep, etp=s.etp, zero=s.zero, vpp=1,
+                      recompute=s.recompute, sequence_parallel=bool(s.sequence_parallel))
+
+
+def tp_options(model: ModelSpec, g: GroupSpec, lim: Limits = Limits()) -> list[int]:
+    return [t for t in (1, 2, 4, 8, 16) if t <= g.devices_per_node and g.devices_per_node % t == 0
+            and model.heads % t == 0 and model.kv_heads % t == 0 and model.ffn_hidden % t == 0 and lim.tp_ok(t)]
+
+
+def runs_on(g: GroupSpec, job: JobSpec) -> bool:
+    """The group's chip has the numbers the cost model needs for this precision."""
+    return missing_figure(g, job) is None
+
+
+def missing_figure(g: GroupSpec, job: JobSpec) -> str | None:
+    """The first figure the cost model needs for this precision that g's chip file lacks (None: none)."""
+    try:
+        r = ChipRates.of(g.chip, job.precision)
+        g.chip.gemm_curve(r.dtype)
+        g.chip.need("memory_gib")
+    except SpecError as ex:
+        return ex.field
+    return None
+
+
+def even_split(layers: int, pp: int) -> tuple[tuple[int, int], ...]:
+    """Layer ranges for pp stages as even as possible; the extra layers go to the middle stages
+    (the first and last also carry the embedding and the logits)."""
+    base, extra = divmod(layers, pp)
+    counts = [base] * pp
+    order = sorted(range(pp), key=lambda i: (i in (0, pp - 1), abs(i - (pp - 1) / 2), i))
+    for i in order[:extra]:
+        counts[i] += 1
+    out, start = [], 0
+    for c in counts:
+        out.append((start, start + c))
+        start += c
+    return tuple(out)
+
+
+def exact(model, cluster, job, p: PipelinesSpec, memory_frac: float, cache: dict | None = None) -> Estimate | None:
+    """The exact estimate of p when it fits, else None."""
+    try:
+        e = estimate_pipelines(model, cluster, job, p, memory_frac, cache)
+    except SpecError:
+        return None
+    return e if e.fits else None
+
+
+def standalone_best(model: ModelSpec, g: GroupSpec, job: JobSpec, base: StrategySpec, memory_frac: float,
+                    max_pp: int = 64, lim: Limits = Limits()) -> list[tuple[float, tuple[int, int, int], Estimate]]:
+    """Best plans of one group alone (same model and job): (step s, (tp, pp, dp), estimate), fastest
+    first, over tp and pp with the layers split as evenly as possible (uneven when pp does not
+    divide them), all the group's devices used."""
+    out = []
+    cl = ClusterSpec(name=g.name, groups=(g,))
+    for tp in tp_options(model, g, lim):
+        for pp in range(1, min(max_pp, model.layers) + 1):
+            if g.devices % (tp * pp) or not lim.pp_ok(pp):
+                continue
+            dp = g.devices // (tp * pp)
+            if job.global_batch % (dp * base.micro_batch):
+                continue
+            m = job.global_batch // (dp * base.micro_batch)
+            stages = tuple(StageSpec(g.name, rng, tp) for rng in even_split(model.layers, pp))
+            p = PipelinesSpec((PipelineShape(dp, m, stages),), micro_batch=base.micro_batch, zero=base.zero,
+                              runtime=base.runtime,
+                              recompute=base.recompute, sequence_parallel=bool(base.sequence_parallel),
+                              attention=base.attention)
+            e = exact(model, cl, job, p, memory_frac)
+            if e is not None:
+                out.append((e.step_time_s, (tp, pp, dp), e))
+    out.sort(key=lambda t: (t[0], t[1]))
+    return out
+
+
+def search_group(model: ModelSpec, g: GroupSpec, job: JobSpec, memory_frac: float, top: int,
+                 time_limit_s: float | None, lim: Limits = Limits(), runtime: str = "megatron") -> list[Estimate]:
+    """The homogeneous search's top plans for group g alone (any cp, zero, micro-batch, vpp, recompute),
+    within the user's caps and pins."""
+    from baige_plan.search.solver import search
+    from baige_plan.search.space import Bounds, Pins
+
+    if not runs_on(g, job):
+        return []
+    try:
+        bounds = Bounds(max_tp=lim.max_tp, max_pp=lim.max_pp, max_micro_batch=lim.max_micro_batch,
+                        max_memory_frac=memory_frac, runtime=runtime)
+        pins = Pins(tp=lim.tp, pp=lim.pp, zero=lim.zero, micro_batch=lim.micro_batch, recompute=lim.recompute,
+                    sequence_parallel=lim.sequence_parallel)
+        return list(search(model, ClusterSpec(name=g.name, groups=(g,)), job, bounds, pins,
+                           top=top, time_limit_s=time_limit_s).plans)
+    except SpecError:
+        return []
+
+
+def group_plans(model: ModelSpec, g: GroupSpec, job: JobSpec, base: StrategySpec, memory_frac: float,
+                top: int, searched: list[Estimate], lim: Limits = Limits()
+                ) -> list[tuple[float, int, int, int, ShapeKnobs]]:
+    """A group's best single-group plans as (step s, tp, pp, replicas, knobs): the homogeneous
+    search's top plans (their layer split is re-decided by the solver) and even/uneven pipelines
+    at the plan-wide settings."""
+    out = [(e.step_time_s, e.strategy.tp, e.strategy.pp, e.strategy.dp, knobs_of(e.strategy)) for e in searched]
+    for t, (tp, pp, dp), _e in standalone_best(model, g, job, base, memory_frac, lim=lim)[:top]:
+        out.append((t, tp, pp, dp, ShapeKnobs()))
+    out.sort(key=lambda x: (x[0], x[1], x[2], x[3], sorted(x[4].items().items())))
+    return out[:top]
+
+
+def segment_orders(counts: dict[str, int], names: list[str]) -> list[tuple[tuple[str, int], ...]]:
+    """Orders of group segments for one spanning pipeline: every permutation of the groups (each one
+    segment holding all its stages), and every permutation whose first group reappears at the end
+    with its stages split k / n-k (k in 1, n//2, n-1: the embedding stage and the logits stage on
+    the same chip type, the others in between)."""
+    out: list[tuple[tuple[str, int], ...]] = []
+    for perm in permutations(names):
+        out.append(tuple((g, counts[g]) for g in perm))
+        if len(perm) < 2:
+            continue
+        head, n = perm[0], counts[perm[0]]
+        for k in sorted({1, n // 2, n - 1})[:MAX_REVISIT_SPLITS]:
+            if 1 <= k < n:
+                out.append(((head, k),) + tuple((g, counts[g]) for g in perm[1:]) + ((head, n - k),))
+    seen, uniq = set(), []
+    for o in out:
+        if o not in seen:
+            seen.add(o)
+            uniq.append(o)
+    return uniq
+
+
+def spanning_templates(model: ModelSpec, job: JobSpec, groups: list[GroupSpec], tp_pref: dict[str, list[int]],
+                       base: StrategySpec, lim: Limits) -> list[Template]:
+    """One pipeline over all `groups` (family (2) above)."""
+    temps: list[Template] = []
+    if len(groups) < 2:
+        return temps
+    names = [g.name for g in groups]
+    bs = [b for b in SPANNING_MICRO_BATCHES if lim.mb_ok(b)] if lim.micro_batch is None else [lim.micro_batch]
+    for tps in product(*[tp_pref[n][:SPANNING_TP_PER_GROUP] for n in names]):
+        tp = dict(zip(names, tps, strict=True))
+        units = {g.name: g.devices // tp[g.name] for g in groups}
+        rs = [r for r in range(1, min(units.values()) + 1)
+              if all(g.devices % (tp[g.name] * r) == 0 for g in groups)
+              and sum(units[n] // r for n in names) <= model.layers and lim.pp_ok(sum(units[n] // r for n in names))]
+        for r in sorted(rs, reverse=True)[:MAX_SPANNING_REPLICAS]:
+            counts = {n: units[n] // r for n in names}
+            for order in segment_orders(counts, names):
+                segs = tuple((g, tp[g], n) for g, n in order)
+                for b in bs:
+                    if job.global_batch % (r * b):
+                        continue
+                    kn = ShapeKnobs() if b == base.micro_batch else ShapeKnobs(micro_batch=b)
+                    temps.append(Template(((r, segs, kn),)))
+    return temps
+
+
+def templates(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySpec, memory_frac: float,
+              per_group_top: int, searched: dict[str, list[Estimate]] | None = None, lim: Limits = Limits()
+              ) -> tuple[list[Template], dict[str, float]]:
+    """Every template of families (1) and (2), deduplicated, in label order; and each group's
+    standalone tokens/s (its best single-group plan here)."""
+    best: dict[str, list[tuple[int, int, int, ShapeKnobs]]] = {}
+    standalone: dict[str, float] = {}
+    for g in cluster.groups:
+        if searched is None or g.name not in searched:
+            found = search_group(model, g, job, memory_frac, per_group_top, None, lim, base.runtime)
+        else:
+            found = searched[g.name]
+        ranked = group_plans(model, g, job, base, memory_frac, per_group_top, found, lim) if runs_on(g, job) else []
+        ranked = [x for x in ranked if lim.knobs_ok(x[4], base) and lim.tp_ok(x[1]) and lim.pp_ok(x[2])]
+        if ranked:
+            standalone[g.name] = job.tokens / ranked[0][0]
+        best[g.name] = [(tp, pp, dp, kn) for _, tp, pp, dp, kn in ranked]
+    temps: list[Template] = []
+    usable = [g for g in cluster.groups if best[g.name]]
+    # every non-empty subset of the usable groups (leaving a group out avoids its bridge traffic)
+    for size in range(1, len(usable) + 1):
+        for subset in combinations(usable, size):
+            for combo in product(*[best[g.name] for g in subset]):
+                temps.append(Template(tuple((dp, ((g.name, tp, pp),), kn)
+                                            for g, (tp, pp, dp, kn) in zip(subset, combo, strict=True))))
+    groups = [g for g in cluster.groups if runs_on(g, job) and tp_options(model, g, lim)]
+    # tp per group: its best single-group plans' tp values first, then the other options
+    tp_pref = {}
+    for g in groups:
+        pref = []
+        for tp, *_ in best[g.name]:
+            if tp not in pref:
+                pref.append(tp)
+        tp_pref[g.name] = pref + [t for t in tp_options(model, g, lim) if t not in pref]
+    temps += spanning_templates(model, job, groups, tp_pref, base, lim)
+    uniq = sorted(set(temps), key=lambda t: t.label())
+    return uniq, standalone
