@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import typer
@@ -16,17 +17,24 @@ def check(plan: Path = typer.Argument(..., help="The new plan file."),
     """Exit 3 when PLAN is predicted slower than BASELINE beyond the tolerance, no longer fits, or the
     inputs changed in a way that matters; 0 otherwise. Prints what changed."""
     from baige_plan.errors import InputError
+    from baige_plan.io.plan_check import validate_plan_file
     from baige_plan.io.plan_compare import compare, regressions
-    from baige_plan.io.plans import estimate_plan, read_plan
     from baige_plan.io.render_plans import diff_table, print_tables
     from baige_plan.io.serialize import estimate_dict
 
-    try:
-        a, b = read_plan(baseline), read_plan(plan)
-        e_now, *_ = estimate_plan(b, str(plan))
+    if not math.isfinite(tolerance) or tolerance < 0:
+        err(f"--tolerance: must be a finite number >= 0 (a relative slowdown, 0.02 = 2%), got {tolerance}")
+        raise typer.Exit(2)
+    tolerance += 0.0        # -0.0 -> 0.0
+    try:    # both files pass every check `baige-plan validate` makes, or exit 2
+        a, _ = validate_plan_file(baseline)
+        b, e_now = validate_plan_file(plan)
     except InputError as ex:
         fail_input(ex)
     now = estimate_dict(e_now)
+    if not (math.isfinite(now["step_time_s"]) and now["step_time_s"] > 0):     # never "ok" on a NaN
+        err(f"{plan}: estimate.step_time_s: the re-estimate is {now['step_time_s']}, not a positive number")
+        raise typer.Exit(2)
     c = compare(a, dict(b, estimate=now))
     if c["rows"]:
         print_tables([diff_table(c["rows"], f"{baseline} (A) -> {plan} (B)")])

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
 from enum import Enum
 from pathlib import Path
 
@@ -33,7 +31,8 @@ class Precision(str, Enum):
     bf16 = "bf16"
     fp16 = "fp16"
     fp8 = "fp8"
-    fp32 = "fp32"
+    fp32 = "fp32"      # IEEE fp32 on CUDA cores (PyTorch default, allow_tf32=False)
+    tf32 = "tf32"      # fp32 storage, TF32 tensor-core matmuls (torch.backends.cuda.matmul.allow_tf32=True)
 
 
 Runtime = Enum("Runtime", {n: n for n in RUNTIME_NAMES}, type=str)
@@ -73,16 +72,9 @@ def fail_input(e: InputError | SpecError, source: str = "") -> None:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write via a temp file in the same folder + os.replace: never a half-written file."""
-    path = Path(path)
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise InputError(str(path), "", f"folder {str(parent)!r} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write an output file: regular files only (a device, pipe, socket or folder -- or a link to one -- is
+    refused with an InputError), temp file in the same folder + fsync + os.replace, never half-written;
+    a new file gets 0o666 & ~umask, an existing one keeps its mode (baige_plan/io/outfile.py)."""
+    from baige_plan.io.outfile import write_atomic as write
+
+    write(path, text)

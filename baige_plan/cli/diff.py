@@ -15,12 +15,13 @@ def diff(plan_a: Path = typer.Argument(..., help="Plan file A."),
          catalog: list[str] = CatalogOpt) -> None:
     """Show the differences between two plan files (as written), for humans or as JSON."""
     from baige_plan.errors import InputError
+    from baige_plan.io.plan_check import validate_plan_file
     from baige_plan.io.plan_compare import compare
-    from baige_plan.io.plans import dumps, read_plan
+    from baige_plan.io.plans import dumps
     from baige_plan.io.render_plans import diff_table, print_tables
 
-    try:
-        a, b = read_plan(plan_a), read_plan(plan_b)
+    try:    # both files pass every check `baige-plan validate` makes, or exit 2
+        (a, _), (b, _) = validate_plan_file(plan_a), validate_plan_file(plan_b)
     except InputError as ex:
         fail_input(ex)
     c = compare(a, b)

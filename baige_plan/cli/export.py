@@ -32,6 +32,10 @@ def export(plan: Path = typer.Argument(..., help="A plan file."),
             note(f"the plan was searched and costed for runtime {planned!r}; exporting it to {target!r}")
         ex = export_plan(doc, target)
         if out_dir is not None:
+            if out_dir.is_dir():        # refuse a device, pipe or folder among the files before writing any
+                from baige_plan.io.outfile import check_target
+                for f in ex.files:
+                    check_target(out_dir / f.name)
             for p in write_export(ex, out_dir, write_atomic):
                 note(f"wrote {p}")
     except InputError as e:

@@ -1,0 +1,102 @@
+"""Validating a plan file as a whole: the one check `validate`, `check` and `diff` share.
+
+`read_plan` checks the top-level keys and re-estimating (`estimate_plan_full`) checks what the cost model
+reads (inputs, strategy, pipelines). The stored sections are checked here too, because `check` compares
+against the baseline's *stored* estimate and `diff` shows the stored documents as written: the estimate
+(SPEC §3 keys, nothing unknown, `fits` a boolean, every number finite and non-negative, step time
+positive), `search` (known keys, `max_memory_frac` in (0, 1]), `tool` and `placement` (known keys,
+non-negative integers). Every error is an InputError naming the file, the field and the reason.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from baige_plan.cost.estimate import Estimate
+from baige_plan.errors import InputError
+from baige_plan.io.plans import _STRAT_KEYS, _STRAT_OPT, estimate_plan_full, read_plan
+from baige_plan.io.serialize import ESTIMATE_SCHEMA
+from baige_plan.io.yamlio import check_keys
+
+_EST_REQUIRED = {"schema", "strategy", "fits", "step_time_s", "tokens_per_s", "tokens_per_s_per_device",
+                 "model_tflops_per_device", "mfu", "hfu", "peak_memory_gib", "breakdown_s", "memory_gib"}
+# every key estimate_dict / hetero_estimate_dict may write beyond the SPEC §3 ones: a new one goes here too
+# (tests/test_check_inputs.py validates freshly written plans and fails otherwise)
+_EST_OPTIONAL = {"memory_capacity_gib", "micro_batches", "devices", "bottleneck", "stages", "conventions",
+                 # plans on several groups (io/hetero_plans.py)
+                 "heterogeneous_efficiency", "standalone_tokens_per_s", "devices_used", "idle_devices", "shapes",
+                 "bridge_traffic",
+                 # which parts are measured (--profile, specs/profile.py) and which analytical
+                 "sources"}
+_BREAKDOWN = {"compute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "pp_bubble", "dp_comm_exposed", "optimizer"}
+_MEMORY = {"weights", "grads", "optimizer", "activations", "other"}
+_SEARCH = {"candidates", "feasible", "seconds", "solver", "status", "gap", "evaluated", "max_memory_frac",
+           "runners_up"}
+_PLACEMENT = {"rank", "group", "node", "device", "pipeline", "replica", "stage", "tp_rank", "cp_rank"}
+
+
+def _numbers(x: Any, src: str, where: str) -> None:
+    """Every number inside `x` is finite and >= 0 (booleans are not numbers here)."""
+    if isinstance(x, bool) or x is None or isinstance(x, str):
+        return
+    if isinstance(x, (int, float)):
+        if not math.isfinite(x):
+            raise InputError(src, where, f"must be a finite number, got {x}")
+        if x < 0:
+            raise InputError(src, where, f"must be >= 0, got {x}")
+        return
+    if isinstance(x, dict):
+        for k, v in x.items():
+            _numbers(v, src, f"{where}.{k}")
+    elif isinstance(x, list):
+        for i, v in enumerate(x):
+            _numbers(v, src, f"{where}[{i}]")
+    else:
+        raise InputError(src, where, f"unexpected value of type {type(x).__name__}")
+
+
+def _check_estimate(est: Any, src: str) -> None:
+    check_keys(est, src, "estimate", _EST_REQUIRED, _EST_OPTIONAL)
+    if est["schema"] != ESTIMATE_SCHEMA:
+        raise InputError(src, "estimate.schema", f"expected {ESTIMATE_SCHEMA!r}, got {est['schema']!r}")
+    check_keys(est["strategy"], src, "estimate.strategy", _STRAT_KEYS, _STRAT_OPT)
+    if not isinstance(est["fits"], bool):
+        raise InputError(src, "estimate.fits", f"must be true or false, got {est['fits']!r}")
+    check_keys(est["breakdown_s"], src, "estimate.breakdown_s", _BREAKDOWN)
+    check_keys(est["memory_gib"], src, "estimate.memory_gib", _MEMORY)
+    for k in sorted(_EST_REQUIRED - {"schema", "strategy", "fits", "breakdown_s", "memory_gib"}):
+        if isinstance(est[k], bool) or not isinstance(est[k], (int, float)):
+            raise InputError(src, f"estimate.{k}", f"must be a number, got {est[k]!r}")
+    _numbers(est, src, "estimate")
+    if est["step_time_s"] <= 0:
+        raise InputError(src, "estimate.step_time_s", f"must be > 0, got {est['step_time_s']}")
+
+
+def _check_stored(doc: dict, src: str) -> None:
+    check_keys(doc["tool"], src, "tool", {"name", "version"})
+    _check_estimate(doc["estimate"], src)
+    search = check_keys(doc["search"], src, "search", set(), _SEARCH)
+    _numbers(search, src, "search")
+    frac = search.get("max_memory_frac", 1.0)
+    if isinstance(frac, bool) or not isinstance(frac, (int, float)) or not 0 < frac <= 1:
+        raise InputError(src, "search.max_memory_frac", f"must be a number in (0, 1], got {frac!r}")
+    if not isinstance(doc["placement"], list):
+        raise InputError(src, "placement", f"must be a list, got {type(doc['placement']).__name__}")
+    for i, p in enumerate(doc["placement"]):
+        check_keys(p, src, f"placement[{i}]", _PLACEMENT)
+        for k in sorted(_PLACEMENT - {"group"}):
+            if isinstance(p[k], bool) or not isinstance(p[k], int) or p[k] < 0:
+                raise InputError(src, f"placement[{i}].{k}", f"must be an integer >= 0, got {p[k]!r}")
+    _numbers(doc["pipelines"], src, "pipelines")
+
+
+def validate_plan_file(path: str | Path) -> tuple[dict, Estimate]:
+    """(the plan document, its re-estimate as written) after every check `baige-plan validate` makes;
+    InputError (file, field, reason) on the first problem."""
+    src = str(path)
+    doc = read_plan(path)
+    _check_stored(doc, src)
+    e, *_ = estimate_plan_full(doc, src)
+    return doc, e
