@@ -4,7 +4,9 @@ Add a benchmark by writing a function returning a dict of figures and appending 
 Speed targets (issue 3, on a 2-core machine): gpt3-175b on a100-sxm4-80g:64x8, global batch 1536,
 full search <= 1 s; gpt3-175b on a100-sxm4-80g:2048x8, global batch 8192, <= 5 s. Issue 4: llama3-70b on
 a100-sxm4-80g:8x8+ascend-910b:8x8 (batch 512, seq 4096) <= 1 s; llama3-405b on 16,384 devices of three
-families (batch 4096, seq 8192) <= 10 s.
+families (batch 4096, seq 8192) <= 10 s. Issue 10: the cloud-style mixed cluster (A100-40GB and V100-16GB
+VMs of 4 GPUs, ~20 Gb/s between VMs: topologies/cloud-a100-v100-{128,320,512}.yaml), OPT-350M, global batch
+1024 x 2048 tokens, fp32 and fp16: search <= 1 s at 512 GPUs (the published planner, Sailor, reports 4.6 s).
 """
 
 from __future__ import annotations
@@ -21,10 +23,10 @@ from baige_plan.search.solver import search  # noqa: E402
 from baige_plan.specs.job import JobSpec  # noqa: E402
 
 
-def _inputs(model: str, cluster: str, global_batch: int, seq_len: int):
+def _inputs(model: str, cluster: str, global_batch: int, seq_len: int, precision: str = "bf16"):
     cat = Catalog.create()
     cl, _ = cat.cluster(cluster)
-    return cat.model(model), cl, JobSpec(global_batch, seq_len)
+    return cat.model(model), cl, JobSpec(global_batch, seq_len, precision)
 
 
 def _timed(run: Callable[[], object], repeats: int) -> tuple[object, float, float]:
@@ -57,23 +59,29 @@ def search_gpt3_16384() -> dict:
     return _search("gpt3-175b", "a100-sxm4-80g:2048x8", 8192, 2048, 5.0)
 
 
-def _hetero(model: str, cluster: str, global_batch: int, seq_len: int, target_s: float, repeats: int = 2) -> dict:
+def _hetero(model: str, cluster: str, global_batch: int, seq_len: int, target_s: float | None, repeats: int = 2,
+            precision: str = "bf16") -> dict:
     from baige_plan import runtimes
     from baige_plan.search.hetero import heterogeneous_efficiency, solve
     from baige_plan.specs.strategy import StrategySpec
 
-    m, cl, job = _inputs(model, cluster, global_batch, seq_len)
+    m, cl, job = _inputs(model, cluster, global_batch, seq_len, precision)
     # what `baige-plan plan` solves on a mixed cluster (cli/plan_hetero.py): the heterogeneous runtime's
     # semantics and shape rules, sequence parallelism on
     base = StrategySpec(sequence_parallel=True, **runtimes.knobs(runtimes.DEFAULT_HETEROGENEOUS))
     r, best, worst = _timed(lambda: solve(m, cl, job, base), repeats)
     shapes = "; ".join(f"{sh.replicas}x[" + " > ".join(f"{st.group} tp{st.tp} L{st.n_layers}" for st in sh.stages)
                        + f"] m{sh.micro_batches}" for sh in r.pipelines.shapes)
-    return {"seconds_best": round(best, 3), "seconds_worst": round(worst, 3), "target_s": target_s,
-            "meets_target": worst <= target_s, "devices": cl.devices, "templates": r.templates,
-            "status": r.status, "gap": round(r.gap, 4), "step_time_s": round(r.estimate.step_time_s, 3),
+    out = {"seconds_best": round(best, 3), "seconds_worst": round(worst, 3), "target_s": target_s,
+           "meets_target": worst <= target_s if target_s is not None else None, "devices": cl.devices,
+           "devices_used": dict(sorted(r.pipelines.devices_by_group().items())), "templates": r.templates,
+           "status": r.status, "gap": round(r.gap, 4), "step_time_s": round(r.estimate.step_time_s, 3),
+           "tokens_per_s": round(r.estimate.tokens_per_s),
             "heterogeneous_efficiency": round(heterogeneous_efficiency(r.estimate.tokens_per_s, r.standalone), 4),
             "plan": shapes if len(shapes) < 400 else shapes[:400] + " ..."}
+    if target_s is None:
+        out.pop("meets_target")
+    return out
 
 
 def hetero_llama3_70b_128() -> dict:
@@ -86,8 +94,39 @@ def hetero_llama3_405b_16384() -> dict:
     return _hetero("llama3-405b", "a100-sxm4-80g:512x8+h100-sxm5-80g:512x8+ascend-910b:1024x8", 4096, 8192, 10.0)
 
 
+def _cloud(gpus: int, precision: str) -> dict:
+    """Issue 10's cloud scenario: OPT-350M, batch 1024 x 2048, on A100-40GB + V100-16GB VMs."""
+    return _hetero("opt-350m", f"topologies/cloud-a100-v100-{gpus}.yaml", 1024, 2048, 1.0 if gpus == 512 else None,
+                   precision=precision)
+
+
+def cloud_fp32_128() -> dict:
+    return _cloud(128, "fp32")
+
+
+def cloud_fp32_320() -> dict:
+    return _cloud(320, "fp32")
+
+
+def cloud_fp32_512() -> dict:
+    return _cloud(512, "fp32")
+
+
+def cloud_fp16_128() -> dict:
+    return _cloud(128, "fp16")
+
+
+def cloud_fp16_320() -> dict:
+    return _cloud(320, "fp16")
+
+
+def cloud_fp16_512() -> dict:
+    return _cloud(512, "fp16")
+
+
 BENCHMARKS: list[Callable[[], dict]] = [search_gpt3_512, search_gpt3_16384, hetero_llama3_70b_128,
-                                        hetero_llama3_405b_16384]
+                                        hetero_llama3_405b_16384, cloud_fp32_128, cloud_fp32_320, cloud_fp32_512,
+                                        cloud_fp16_128, cloud_fp16_320, cloud_fp16_512]
 
 
 def main() -> int:

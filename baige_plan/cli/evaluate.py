@@ -15,9 +15,11 @@ from baige_plan.cli.common import (
     Recompute,
     Runtime,
     RuntimeOpt,
+    err,
     fail_input,
     note,
 )
+from baige_plan.cli.profile_opts import ProfileOpt, apply_profiles, report_sources
 from baige_plan.cli.runtime_opts import pick_runtime
 from baige_plan.cost.estimate import estimate
 from baige_plan.errors import InputError, SpecError
@@ -59,11 +61,15 @@ def evaluate(
     max_memory_frac: float = typer.Option(1.0, "--max-memory-frac", help="Fraction of device memory allowed."),
     fmt: Fmt = typer.Option(Fmt.table, "--format"),
     catalog: list[str] = CatalogOpt,
+    profile: list[Path] = ProfileOpt,
 ) -> None:
     """Estimate step time, MFU and memory of one strategy. Exits 1 (printing fits: false) when it does not fit."""
     try:
         cat = Catalog.create(catalog or [])
         if plan is not None:
+            if profile:
+                raise InputError("--profile", "", "a plan file carries its profiles (inputs.cluster.groups[].profile); "
+                                 "--profile applies to MODEL CLUSTER")
             from baige_plan.io.plans import evaluate_plan_file
             doc, fits = evaluate_plan_file(plan)
             _emit_doc(doc, fmt, fits)
@@ -83,6 +89,7 @@ def evaluate(
             global_batch = dp * micro_batch * 4 * pp
             note(f"--global-batch not given: using dp x micro-batch x 4 x pp = {global_batch}")
         job = JobSpec(global_batch=global_batch, seq_len=seq_len or m.seq_len, precision=precision.value)
+        cl = apply_profiles(cl, profile, m, job)
         s = StrategySpec(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, zero=zero, micro_batch=micro_batch, vpp=vpp,
                          recompute=recompute.value, sequence_parallel=sequence_parallel, attention=attention.value,
                          first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers)
@@ -92,6 +99,7 @@ def evaluate(
         if not 0 < max_memory_frac <= 1:
             raise SpecError("--max-memory-frac", f"must be in (0, 1], got {max_memory_frac}")
         e = estimate(m, cl, job, s, memory_frac=max_memory_frac)
+        report_sources(e.sources)
     except InputError as ex:
         fail_input(ex)
     except SpecError as ex:
@@ -104,7 +112,6 @@ def evaluate(
         if not e.fits:
             pass
     if not e.fits:
-        from baige_plan.cli.common import err
         err(e.bottleneck)
         raise typer.Exit(1)
 

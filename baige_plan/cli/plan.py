@@ -20,6 +20,7 @@ from baige_plan.cli.common import (
     note,
     write_atomic,
 )
+from baige_plan.cli.profile_opts import ProfileOpt, apply_profiles
 from baige_plan.cli.runtime_opts import check_pins_runtime, resolve_runtime
 from baige_plan.errors import InputError, SpecError
 from baige_plan.io.catalog import Catalog
@@ -63,6 +64,7 @@ def plan(
     sequence_parallel: bool = typer.Option(None, "--sequence-parallel/--no-sequence-parallel"),
     attention: Attention = typer.Option(Attention.flash, "--attention"),
     catalog: list[str] = CatalogOpt,
+    profile: list[Path] = ProfileOpt,
 ) -> None:
     """Find the fastest parallel plans that fit. Exits 1 naming the binding constraint when none fits."""
     from baige_plan.io.plans import chip_docs_from_catalog, dumps, format_for, plan_doc, plans_doc
@@ -80,6 +82,7 @@ def plan(
             global_batch = cl.devices
             note(f"--global-batch not given: using one sequence per device = {global_batch}")
         job = JobSpec(global_batch=global_batch, seq_len=seq_len or m.seq_len, precision=precision.value)
+        cl = apply_profiles(cl, profile, m, job)
         rt_name = resolve_runtime(runtime, cl.is_heterogeneous)
         check_pins_runtime(rt_name, job, zero=zero, vpp=vpp, cp=cp, ep=ep, etp=etp, pp=pp,
                            recompute=recompute.value if recompute else None, sequence_parallel=sequence_parallel, tp=tp)

@@ -28,10 +28,16 @@ def plan_hetero(cat, m: ModelSpec, cl: ClusterSpec, job: JobSpec, *, micro_batch
                         recompute=recompute.value if recompute else "selective",
                         sequence_parallel=True if sequence_parallel is None else sequence_parallel, attention=attention,
                         **runtimes.knobs(runtime))
+    from baige_plan.search.hetero_templates import missing_figure
+    lacking = {g.name: missing_figure(g, job) for g in cl.groups if not runs_on(g, job)}
     for g in cl.groups:
-        if not runs_on(g, job):
-            note(f"group {g.name!r} ({g.chip.id}) is left out: its chip file lacks a figure the cost model needs "
-                 f"for {job.precision} (peak, GEMM efficiency, HBM bandwidth or memory); supply a measured chip file")
+        if g.name in lacking:
+            note(f"group {g.name!r} ({g.chip.id}) is left out: {lacking[g.name]} is unknown, and the cost model "
+                 f"needs it for {job.precision}; supply a measured chip file")
+    if len(lacking) == len(cl.groups):   # bad input (exit 2), not an infeasible search
+        err(f"cluster: no group can run {job.precision}: "
+            + "; ".join(f"group {n!r}: {f} unknown" for n, f in lacking.items()))
+        raise typer.Exit(2)
     try:
         r = solve(m, cl, job, base, memory_frac=max_memory_frac, time_limit_s=time_limit or 10.0,
                   recompute_pinned=recompute is not None, lim=lim)

@@ -27,13 +27,41 @@ def profile(
     chip_id: str = typer.Option(None, "--id", help="id of the written chip (default: <base id>-profiled)."),
     refit: Path = typer.Option(None, "--refit", help="Fit and write from an existing .raw.json (no torch, "
                                "no GPU)."),
+    model: str = typer.Option(None, "--model", help="Measure this model's per-layer profile instead of a chip file "
+                              "(baige-plan/profile/v1: forward/backward time and memory per layer by tp and "
+                              "micro-batch, embedding, logits, optimizer), for plan/evaluate --profile."),
+    seq_len: int = typer.Option(None, "--seq-len", help="With --model: sequence length [default: the model's]."),
+    precision: str = typer.Option("bf16", "--precision", help="With --model: bf16, fp16 or fp32 (TF32 matmuls)."),
+    tp: str = typer.Option("1,2", "--tp", help="With --model: tensor-parallel sizes, emulated on one GPU by "
+                           "dividing heads and ffn (TP communication stays in the cost model)."),
+    micro_batch: str = typer.Option("1,2", "--micro-batch", help="With --model: micro-batch sizes."),
+    recompute: str = typer.Option("none,selective,full", "--recompute", help="With --model: recompute modes."),
+    chip: str = typer.Option(None, "--chip", help="With --model: catalog chip id the profile is for [default: "
+                             "from the GPU's name]."),
+    analytical: bool = typer.Option(False, "--analytical", help="With --model --chip: write the cost model's own "
+                                    "per-layer numbers as a profile (no torch, no GPU)."),
+    reps: int = typer.Option(10, "--reps", min=1, help="With --model: timed iterations (median)."),
+    name: str = typer.Option(None, "--name", help="With --model: profile name [default: MODEL@CHIP-PRECISION]."),
 ) -> None:
     r"""Measure GEMM efficiency, HBM bandwidth and collective bus bandwidth; write a chip file.
 
     Needs the optional extra: pip install 'baige-plan\[profile]' (adds torch).
     """
     from baige_plan.errors import InputError
+    from baige_plan.io.outfile import check_target
 
+    if model is not None:
+        _profile_model(model, None if out == Path("chip-profiled.yaml") else out, seq_len, precision, tp, micro_batch,
+                       recompute, chip, analytical, reps, name, catalog)
+        return
+    from baige_plan.profile.writer import raw_path_for
+
+    try:    # refuse a device, pipe or folder as --out before measuring, not after
+        for target in (out,) if refit is not None else (out, raw_path_for(out)):
+            check_target(target)
+    except InputError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
     argv = ["--out", str(out), "--devices", str(devices), "--base", base]
     argv += ["--quick"] if quick else []
     for c in catalog:
@@ -57,4 +85,38 @@ def profile(
         raise typer.Exit(2) from None
     if rc:
         raise typer.Exit(rc)
+    sys.stderr.flush()
+
+
+def _profile_model(model: str, out: Path | None, seq_len: int | None, precision: str, tp: str, micro_batch: str,
+                   recompute: str, chip: str | None, analytical: bool, reps: int, name: str | None,
+                   catalog: list[str]) -> None:
+    """`profile --model`: a per-layer profile (baige_plan/profile/layers.py), measured or analytical."""
+    from baige_plan.errors import InputError, SpecError
+    from baige_plan.io.outfile import check_target
+
+    argv = ["--model", model, "--precision", precision, "--tp", tp, "--micro-batch", micro_batch,
+            "--recompute", recompute, "--reps", str(reps)]
+    for flag, v in (("--out", out), ("--seq-len", seq_len), ("--chip", chip), ("--name", name)):
+        if v is not None:
+            argv += [flag, str(v)]
+    for c in catalog:
+        argv += ["--catalog", c]
+    if analytical:
+        argv.append("--analytical")
+    elif importlib.util.find_spec("torch") is None:
+        typer.echo(f"error: {_NO_TORCH} (or write the analytical numbers: --analytical --chip CHIP)", err=True)
+        raise typer.Exit(2)
+    from baige_plan.profile import layers
+
+    try:
+        if out is not None:
+            check_target(out)
+        layers.main(argv)
+    except (InputError, SpecError, ValueError) as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    except RuntimeError as e:       # no CUDA device
+        typer.echo(f"error: {str(e).splitlines()[0]}", err=True)
+        raise typer.Exit(2) from None
     sys.stderr.flush()

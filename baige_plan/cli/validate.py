@@ -28,16 +28,20 @@ def _check_one(path: Path, cat: Catalog) -> str:
     if schema == "baige-plan/topology/v1":
         cat.cluster(str(path))
         return "topology"
+    if schema == "baige-plan/profile/v1":
+        from baige_plan.io.profiles import load_profile
+        load_profile(path)
+        return "profile"
     if schema == "baige-plan/plan/v1":
-        from baige_plan.io.plans import evaluate_plan_file
-        evaluate_plan_file(path)
+        from baige_plan.io.plan_check import validate_plan_file  # shared with `check` and `diff`
+        validate_plan_file(path)
         return "plan"
     if isinstance(doc, dict) and "rows" in doc:
         from baige_plan.io.runs import load_runs
         load_runs(path, cat)
         return "runs"
-    raise InputError(str(path), "schema", f"unknown or missing schema {schema!r} (chip, model, topology, plan or a runs "
-                     "file with rows:)")
+    raise InputError(str(path), "schema", f"unknown or missing schema {schema!r} (chip, model, topology, plan, "
+                     "profile or a runs file with rows:)")
 
 
 def validate(files: list[Path] = typer.Argument(..., help="Files to check."), catalog: list[str] = CatalogOpt) -> None:

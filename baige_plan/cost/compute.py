@@ -10,6 +10,17 @@ reaches ~70% of A100 peak forward vs ~85% for cuBLAS GEMMs (Dao 2023, Fig. 4-6);
 989 TFLOP/s on H800); backward at FLASH_BWD_FRACTION (FA2 backward is slower than forward).
 Memory-bound ops (norms, activations, dropout, residual adds, softmax, cross-entropy, optimizer)
 are charged as bytes moved / achievable HBM bandwidth (`layer_memory_bytes`).
+
+Precisions (docs/COST_MODEL.md, "Precisions"): bf16/fp16 GEMMs run at their tensor-core peak and
+curve; fp8 GEMMs at the fp8 ones with attention in bf16; fp32 (IEEE fp32 on CUDA cores, PyTorch's
+default allow_tf32=False) at peak_tflops.fp32 and the fp32 curve; tf32 (fp32 storage, TF32 tensor-core
+matmuls) at peak_tflops.tf32 and the tf32 curve. fp32 and tf32 keep 4-byte activations. FlashAttention
+has no fp32 kernel: the fused option there is PyTorch SDPA's memory-efficient kernel, which ignores
+allow_tf32 (its fp32 path is fixed by the kernel: 3xTF32 tensor-core MMAs on sm80+, CUDA-core FMAs
+before; aten/src/ATen/native/transformers/cuda/mem_eff_attention/gemm_kernel_utils.h,
+DefaultGemmType), so in both precisions it is costed at MEM_EFF_FRACTION (forward) /
+MEM_EFF_BWD_FRACTION (backward) of the chip's fp32 GEMM rate at the launch's size: the ratios measured
+on H100 and H200 (benchmarks/real/gemm_fp32_tf32_*.raw.json, head dim 128, seq 1024-8192).
 """
 
 from __future__ import annotations
@@ -17,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from baige_plan.cost.flops import Gemm
+from baige_plan.cost.memory import FP32_PRECISIONS  # fp32 storage: 4-byte weights, grads, activations
 from baige_plan.specs.chip import ChipSpec
 from baige_plan.specs.model import ModelSpec
 
@@ -24,6 +36,11 @@ FLASH_FRACTION = 0.80
 FLASH_BWD_FRACTION = 0.70
 DEFAULT_HBM_EFF = 0.85      # only when the chip file has no measured value (NOTES: 85-90%)
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+# PyTorch SDPA memory-efficient attention (the fused kernel that runs fp32) vs the fp32 GEMM rate of
+# the same sweep at the launch's FLOPs; medians over H100 + H200, fp32 and tf32 mode, head dim 128
+# (forward 0.71-0.89, backward 0.44-0.58; benchmarks/real/gemm_fp32_tf32.py)
+MEM_EFF_FRACTION = 0.84
+MEM_EFF_BWD_FRACTION = 0.53
 
 
 @dataclass(frozen=True)
@@ -31,31 +48,44 @@ class ChipRates:
     peak_flops: float         # FLOP/s for the GEMM dtype
     hbm_Bps: float            # achievable bytes/s
     dtype: str
-    act_bytes: int            # bytes per activation element (bf16/fp16: 2; fp8 keeps bf16 activations)
+    act_bytes: int            # bytes per activation element (bf16/fp16: 2; fp8 keeps bf16; fp32/tf32: 4)
     chip: ChipSpec
     attn_dtype: str = ""      # attention runs in 16-bit even in fp8 training (Transformer Engine default)
     attn_peak_flops: float = 0.0
+    fused_dtype: str = ""     # fp32/tf32: fused attention = SDPA memory-efficient kernel at the fp32 rate
+    fused_peak_flops: float = 0.0
 
     @classmethod
     def of(cls, chip: ChipSpec, precision: str) -> ChipRates:
-        gemm_dtype = "tf32" if precision == "fp32" else precision
+        """Rates of `precision` on `chip`; SpecError naming the figure when the chip lacks one."""
+        gemm_dtype = precision    # fp32 -> fp32 (CUDA cores), tf32 -> tf32 (tensor cores)
         hbm = chip.need("hbm_GBps") * 1e9 * (chip.hbm_efficiency or DEFAULT_HBM_EFF)
-        act = 4 if precision == "fp32" else 2
+        act = 4 if precision in FP32_PRECISIONS else 2
         attn = "bf16" if precision == "fp8" else gemm_dtype
-        return cls(chip.peak(gemm_dtype) * 1e12, hbm, gemm_dtype, act, chip, attn, chip.peak(attn) * 1e12)
+        fused, fused_peak = "", 0.0
+        if precision in FP32_PRECISIONS:
+            fused, fused_peak = "fp32", chip.peak("fp32") * 1e12
+            chip.gemm_curve("fp32")   # the fused-attention rate needs it: fail here, naming the figure
+        return cls(chip.peak(gemm_dtype) * 1e12, hbm, gemm_dtype, act, chip, attn, chip.peak(attn) * 1e12,
+                   fused, fused_peak)
 
 
 def gemm_time_s(g: Gemm, r: ChipRates, passes: float = 1.0, bwd: bool = False) -> float:
     """Roofline time of `passes` executions of GEMM g (forward-sized)."""
     attention = g.kind.startswith("attention")
     dtype, peak = (r.attn_dtype, r.attn_peak_flops) if attention else (r.dtype, r.peak_flops)
+    if g.kind == "attention_flash" and r.fused_dtype:
+        dtype, peak = r.fused_dtype, r.fused_peak_flops
     curve = r.chip.gemm_curve(dtype)
     # A fused attention kernel runs batch x heads in one launch: its efficiency follows the whole
     # call's size. Expert GEMMs (grouped or looped) are sized by one expert's tokens: small experts
     # fill the chip as poorly as a small GEMM does.
     eff = curve.at(g.flops if attention else g.flops_each)
     if g.kind == "attention_flash":
-        if r.chip.flash_efficiency is not None:
+        if r.fused_dtype:
+            # fp32/tf32: SDPA memory-efficient kernel, measured against the fp32 GEMM rate
+            eff *= MEM_EFF_BWD_FRACTION if bwd else MEM_EFF_FRACTION
+        elif r.chip.flash_efficiency is not None:
             # measured fused-attention rate (chip file, at head dim 128); smaller heads give each
             # tile less work per byte: sqrt(head_dim/128) fits the measured runs (docs/VALIDATION.md)
             eff = r.chip.flash_efficiency * min(1.0, g.k_head / 128) ** 0.5

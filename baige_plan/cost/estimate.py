@@ -21,20 +21,30 @@ from baige_plan.cost.compute import ChipRates, gemm_time_s, layer_memory_bytes
 from baige_plan.cost.execution import EAGER, FUSED_LOSS_BYTES_PER_LOGIT, eager_host_s
 from baige_plan.cost.flops import Gemm, attention_gemms, linear_gemms, logits_gemm, megatron_model_flops
 from baige_plan.cost.memory import (
+    FP32_PRECISIONS,
     FRAMEWORK_RESERVE_GIB,
     GIB,
     inflight_microbatches,
     layer_activation_bytes,
     model_state_bytes_per_param,
+    precision_state_bytes,
+    weight_bytes,
 )
 from baige_plan.cost.params import layer_params_split
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
+from baige_plan.specs.profile import LayerProfile
 from baige_plan.specs.strategy import StrategySpec, check_strategy, stage_layers
 from baige_plan.specs.topology import ClusterSpec, GroupSpec
 
 GRAD_BYTES = 4            # Megatron fp32 main grads (accumulate/all-reduce in fp32)
 ADAM_BYTES_PER_PARAM = 36  # optimizer step traffic: read fp32 grad, master, m, v; write master, m, v, 16-bit param
+ADAM_BYTES_PER_PARAM_FP32 = 34  # fp32/tf32: the same step less the 2-byte 16-bit parameter write (weights are the master)
+
+
+def adam_bytes_per_param(precision: str) -> int:
+    """Optimizer-step HBM traffic per locally owned parameter for a training precision."""
+    return ADAM_BYTES_PER_PARAM_FP32 if precision in FP32_PRECISIONS else ADAM_BYTES_PER_PARAM
 ZERO3_COLLECTIVES_PER_LAYER = 1  # FSDP / Megatron-FSDP: one flat parameter per layer (what the search plans)
 DEEPSPEED_COLLECTIVES_PER_LAYER = 4  # per-parameter gathers (qkv, proj, up, down) as DeepSpeed ZeRO-3 issues them
 
@@ -67,6 +77,10 @@ class StageCost:
     dense_params: float   # on this device
     expert_params: float
     hw_flops: float       # executed FLOPs per micro-batch on this device
+    # seconds of the optimizer step per locally owned parameter (measured, or ADAM_BYTES_PER_PARAM / HBM)
+    optimizer_s_per_param: float | None = None
+    # (component, "analytical" | "measured:<profile>" | both joined by "+"): which numbers are measured
+    sources: tuple[tuple[str, str], ...] = ()
 
     @property
     def time_s(self) -> float:
@@ -101,6 +115,31 @@ class Estimate:
     shapes: tuple[tuple[int, int, tuple[StageCost, ...], float], ...] = ()
     bridge_traffic: tuple[tuple[str, str, str, float], ...] = ()   # (group a, group b, kind, seconds per step)
 
+    @property
+    def sources(self) -> dict[str, str]:
+        """Which parts of the estimate come from a measured profile (specs/profile.py): per component
+        "analytical", "measured:<profile name>", or several joined by "+" (e.g. a mixed cluster with one
+        profiled group). Communication and model-state memory are always analytical."""
+        stages = [c for _, _, costs, _ in self.shapes for c in costs] if self.shapes else list(self.stages)
+        out = {}
+        for comp in MEASURABLE:
+            labels: set[str] = set()
+            for st in stages:
+                labels.update(dict(st.sources).get(comp, ANALYTICAL).split("+"))
+            out[comp] = join_sources(labels or {ANALYTICAL})
+        out["communication"] = ANALYTICAL
+        out["model_states"] = ANALYTICAL
+        return out
+
+
+ANALYTICAL = "analytical"
+MEASURABLE = ("compute", "activation_memory", "optimizer_step")
+
+
+def join_sources(labels: set[str]) -> str:
+    """Measured labels first (sorted), "analytical" last."""
+    return "+".join(sorted(labels, key=lambda x: (x == ANALYTICAL, x)))
+
 
 def _gemm_set(model: ModelSpec, s: StrategySpec, seq_len: int, moe_layer: bool) -> tuple[list[Gemm], list[Gemm]]:
     tokens = s.micro_batch * seq_len / s.cp
@@ -119,8 +158,11 @@ def _placement_per_node(dpn: int, inner: int, size: int) -> int:
 
 
 def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, tokens: float, sp: bool, std: bool,
-                 links: tuple, moe: bool) -> dict[str, float]:
-    """Time, FLOPs, parameters and activations of one transformer layer on one device, per micro-batch."""
+                 links: tuple, moe: bool, meas: LayerProfile | None = None) -> dict[str, float]:
+    """Time, FLOPs, parameters and activations of one transformer layer on one device, per micro-batch.
+    `meas`: a measured profile of this layer (specs/profile.py) whose forward/backward/recompute compute
+    seconds and stored activation bytes replace the analytical ones where present; communication,
+    FLOPs and parameters stay analytical. The compute parts are returned as lf, lb and rc (recompute)."""
     tp_link, cp_link, ep_link, etp_link = links
     act_bytes = r.act_bytes
     fwd = bwd = rec = comp = tp_t = ep_t = cp_t = hw_flops = 0.0
@@ -153,6 +195,9 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
         eager_rec = EAGER.recompute_bytes_per_token_layer_hidden * tok_h / r.hbm_Bps
     lf = g_f + a_f + m_f
     lb = 2 * g_f + a_b + m_b
+    timed = meas is not None and meas.has_times
+    if timed:
+        lf, lb = meas.forward_s, meas.backward_s
     # Tensor parallel: 2 all-reduces (or AG+RS pairs with SP) of the layer's activations per
     # pass (Shoeybi 2019 Sec. 3; Korthikanti 2022 Sec. 4.2.2). An MoE layer keeps the attention's.
     act_sz = tokens * model.hidden * act_bytes
@@ -192,8 +237,12 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
     ep_t += 2 * t_ep
     cp_t += t_cp_f + t_cp_b
     layer_hw = sum(g.flops for g in lin + att)
+    rc = 0.0
     if s.recompute == "full":
         lr = lf if s.execution != "eager" else lf - m_f + eager_rec   # eager: measured recompute traffic
+        if timed:
+            lr = meas.recompute_s
+        rc = lr
         rec += lr + t_tp + t_ep + t_cp_f
         comp += lr
         tp_t += t_tp
@@ -201,10 +250,15 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
         cp_t += t_cp_f
         hw_flops += 4 * layer_hw
     elif s.recompute == "selective" and std:
-        rec += core_f
-        comp += core_f
+        rc = meas.recompute_s if timed else core_f
+        rec += rc
+        comp += rc
         hw_flops += 3 * layer_hw + sum(g.flops for g in att)
     else:
+        if timed:   # a measured selective recomputation of fused attention (analytically free)
+            rc = meas.recompute_s
+            rec += rc
+            comp += rc
         hw_flops += 3 * layer_hw
     d, e = layer_params_split(model, moe)
     dense_p += d / s.tp
@@ -215,11 +269,34 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
         rep = EAGER.replicated_extra_activation_bytes
         act += ((EAGER.extra_activation_bytes_per_token_layer_hidden - rep) / s.tp + rep / (s.tp if sp else 1)) \
             * tokens * model.hidden
+    if meas is not None and meas.activation_bytes is not None:
+        act = meas.activation_bytes
     if s.recompute == "full":
-        act_layer_full = max(act_layer_full, layer_activation_bytes(
-            model, seq, s.micro_batch, s.tp, s.cp, sp, "none", std, moe, act_bytes))
+        working = layer_activation_bytes(model, seq, s.micro_batch, s.tp, s.cp, sp, "none", std, moe, act_bytes)
+        if meas is not None and meas.working_bytes is not None:
+            working = meas.working_bytes
+        act_layer_full = max(act_layer_full, working)
     return {"fwd": fwd, "bwd": bwd, "rec": rec, "comp": comp, "tp": tp_t, "ep": ep_t, "cp": cp_t, "hw": hw_flops,
-            "dense_p": dense_p, "expert_p": expert_p, "act": act, "act_full": act_layer_full}
+            "dense_p": dense_p, "expert_p": expert_p, "act": act, "act_full": act_layer_full,
+            "lf": lf, "lb": lb, "rc": rc}
+
+
+def _embedding_act_bytes(model: ModelSpec, s: StrategySpec, tokens: float, act_bytes: int, sp: bool) -> float:
+    """The embedding output the first stage holds (the analytical model charges no time for the lookup)."""
+    return tokens * model.hidden * act_bytes / (s.tp if sp else 1)
+
+
+def _logits_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, tokens: float) -> tuple[float, float, float]:
+    """(forward s, backward s, activation bytes) of the output layer + loss on one device, per micro-batch:
+    the logits GEMM and fp32 cross-entropy over the logits (fused vocab-parallel ~4 passes of 4 bytes;
+    eager PyTorch measured, cost/execution.py), half the loss traffic in the forward, half in the backward."""
+    lg = logits_gemm(model, tokens, s.tp)
+    t_lf = gemm_time_s(lg, r)
+    per_logit = EAGER.loss_bytes_per_logit if s.execution == "eager" else FUSED_LOSS_BYTES_PER_LOGIT
+    ce = tokens * model.vocab / s.tp * per_logit / 2 / r.hbm_Bps
+    act = tokens * model.vocab / s.tp * (4 + r.act_bytes + (EAGER.extra_loss_activation_bytes_per_logit
+                                                            if s.execution == "eager" else 0))
+    return t_lf + ce, 2 * t_lf + ce, act
 
 
 def homogeneous_pp_link(group: GroupSpec, s: StrategySpec) -> C.Link:
@@ -227,10 +304,8 @@ def homogeneous_pp_link(group: GroupSpec, s: StrategySpec) -> C.Link:
     (tp*cp*dp ranks) keeps neighbours in a node, else the per-device NIC."""
     stride = s.tp * s.cp * s.dp
     if stride < group.devices_per_node and group.devices_per_node % (stride * 2) == 0:
-        return C.Link(group.chip.need("scaleup_p2p_GBps") * (group.chip.scaleup_efficiency or C.DEFAULT_SCALEUP_EFF),
-                      2, (C.LAUNCH_US + C.SCALEUP_STEP_US) * 1e-6)
-    return C.Link(group.nic_GBps * (group.chip.nic_efficiency or C.DEFAULT_NIC_EFF), 2,
-                  (C.LAUNCH_US + C.NIC_STEP_US) * 1e-6, "nic")
+        return C.scaleup_p2p_link(group, 2 * stride)
+    return C.nic_p2p_link(group, per_node=min(stride, group.devices_per_node))
 
 
 def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec, index: int,
@@ -258,12 +333,21 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
     dense_p = expert_p = 0.0
     act = 0.0
     act_layer_full = 0.0
+    # a measured profile of this model on this chip (the group's), for this strategy: dense layers,
+    # embedding, logits, optimizer; MoE layers and all communication stay analytical
+    entry = group.profile.entry_for(model, seq, job.precision, s) if group.profile is not None else None
+    label = group.profile.source_label if entry is not None else ANALYTICAL
+    src_c: set[str] = set()
+    src_a: set[str] = set()
     n_moe = model.moe_layers_in(first_layer, first_layer + n_layers)
     for moe, count in ((False, n_layers - n_moe), (True, n_moe)):
         if count == 0:
             continue
         # all dense (all MoE) layers are identical: cost one, multiply
-        lt = _layer_terms(model, s, r, seq, tokens, sp, std, (tp_link, cp_link, ep_link, etp_link), moe)
+        meas = entry.layer if entry is not None and not moe else None
+        lt = _layer_terms(model, s, r, seq, tokens, sp, std, (tp_link, cp_link, ep_link, etp_link), moe, meas)
+        src_c.add(label if meas is not None and meas.has_times else ANALYTICAL)
+        src_a.add(label if meas is not None and meas.activation_bytes is not None else ANALYTICAL)
         fwd += count * lt["fwd"]
         bwd += count * lt["bwd"]
         rec += count * lt["rec"]
@@ -292,22 +376,33 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
     emb_p = 0.0
     if index == 0:
         emb_p += model.vocab * model.hidden / s.tp
-        extra_act += tokens * model.hidden * act_bytes / (s.tp if sp else 1)
+        emb = entry.embedding if entry is not None else None
+        ea = _embedding_act_bytes(model, s, tokens, act_bytes, sp)
+        if emb is not None and emb.activation_bytes is not None:
+            ea = emb.activation_bytes
+        extra_act += ea
+        if emb is not None and emb.has_times:
+            fwd += emb.forward_s
+            bwd += emb.backward_s
+            comp += emb.forward_s + emb.backward_s
+        src_c.add(label if emb is not None and emb.has_times else ANALYTICAL)
+        src_a.add(label if emb is not None and emb.activation_bytes is not None else ANALYTICAL)
     if last:
         if not (model.tie_embeddings and s.pp == 1):
             emb_p += model.vocab * model.hidden / s.tp
-        lg = logits_gemm(model, tokens, s.tp)
-        t_lf = gemm_time_s(lg, r)
-        # fp32 cross-entropy over the logits: fused vocab-parallel ~4 passes of 4 bytes; eager
-        # PyTorch measured (cost/execution.py); half in the forward, half in the backward
-        per_logit = EAGER.loss_bytes_per_logit if s.execution == "eager" else FUSED_LOSS_BYTES_PER_LOGIT
-        ce = tokens * model.vocab / s.tp * per_logit / 2 / r.hbm_Bps
-        fwd += t_lf + ce
-        bwd += 2 * t_lf + ce
-        comp += 3 * t_lf + 2 * ce
-        hw_flops += 3 * lg.flops
-        extra_act += tokens * model.vocab / s.tp * (4 + act_bytes + (EAGER.extra_loss_activation_bytes_per_logit
-                                                                     if s.execution == "eager" else 0))
+        lg_f, lg_b, lg_act = _logits_terms(model, s, r, tokens)
+        out = entry.logits if entry is not None else None
+        if out is not None and out.has_times:
+            lg_f, lg_b = out.forward_s, out.backward_s
+        if out is not None and out.activation_bytes is not None:
+            lg_act = out.activation_bytes
+        fwd += lg_f
+        bwd += lg_b
+        comp += lg_f + lg_b
+        hw_flops += 3 * logits_gemm(model, tokens, s.tp).flops
+        extra_act += lg_act
+        src_c.add(label if out is not None and out.has_times else ANALYTICAL)
+        src_a.add(label if out is not None and out.activation_bytes is not None else ANALYTICAL)
     dense_p += emb_p
 
     # Pipeline p2p: each stage boundary sends b*s*h (scatter-gather / SP: /tp) forward and backward.
@@ -315,6 +410,8 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
     if s.pp > 1:
         prev_link, next_link = p2p_links if p2p_links is not None else (homogeneous_pp_link(group, s),) * 2
         msg = tokens * model.hidden * act_bytes / s.tp
+        if entry is not None and entry.layer.output_bytes is not None:
+            msg = entry.layer.output_bytes / s.tp
         if index > 0 and prev_link is not None:
             pp_t += C.p2p_s(msg, prev_link) * s.vpp
         if index < s.pp - 1 and next_link is not None:
@@ -328,23 +425,26 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
     if s.execution == "eager":
         # eager PyTorch: fp32 parameters are the master copy (4 B, + a 2 B bf16 autocast copy kept for
         # backward unless FSDP gathers bf16 layers), fp32 grads 4 B, AdamW m and v 8 B
-        w_b, g_b, k_b = _eager_states(s.zero, dp_dense)
-        we_b, ge_b, ke_b = _eager_states(s.zero, s.edp)
+        w_b, g_b, k_b = _eager_states(s.zero, dp_dense, job.precision)
+        we_b, ge_b, ke_b = _eager_states(s.zero, s.edp, job.precision)
     else:
-        w_b, g_b, k_b = model_state_bytes_per_param(s.zero, dp_dense, 2, rt.grad_bytes)
-        we_b, ge_b, ke_b = model_state_bytes_per_param(s.zero, s.edp, 2, rt.grad_bytes)
+        # mixed precision: 16-bit weights + main grads + fp32 master/m/v; fp32/tf32: 4 + 4 + 8 (memory.py)
+        states = precision_state_bytes(job.precision, rt.grad_bytes)
+        w_b, g_b, k_b = model_state_bytes_per_param(s.zero, dp_dense, *states)
+        we_b, ge_b, ke_b = model_state_bytes_per_param(s.zero, s.edp, *states)
+    wb = weight_bytes(job.precision)   # the compute copy of a weight: 2 B (16-bit), 4 B in fp32/tf32
     weights = dense_p * w_b + expert_p * we_b
     grads = dense_p * g_b + expert_p * ge_b
     optim = dense_p * k_b + expert_p * ke_b
     if s.zero >= 3 and rt.zero3_gather(s.pp) == "step":
         # pipelining + FSDP2 keeps the stage unsharded through the step: 16-bit parameters and
         # gradients of every layer of the stage (torch.distributed.pipelining backward_maybe_with_nosync)
-        weights += 2 * (dense_p + expert_p)
-        grads += 2 * (dense_p + expert_p)
+        weights += wb * (dense_p + expert_p)
+        grads += wb * (dense_p + expert_p)
     elif s.zero >= 3:
         # gathered 16-bit weights live at once: the matrix in use + the prefetched one
         layer_full = max(dense_p + expert_p - emb_p, 0.0) / max(n_layers, 1)
-        weights += 2 * 2 * layer_full / zero3_collectives_per_layer(s)
+        weights += 2 * wb * layer_full / zero3_collectives_per_layer(s)
     inflight = inflight_microbatches(s.pp, s.vpp, m, index)
     activations = act * inflight + extra_act + act_layer_full
     if s.execution == "eager" and s.zero == 0 and dp_dense == 1:
@@ -355,18 +455,27 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
         else:
             activations = 0.0
     other = FRAMEWORK_RESERVE_GIB * GIB
+    opt_rate = adam_bytes_per_param(job.precision) / r.hbm_Bps
+    if entry is not None and entry.optimizer_s_per_param is not None:
+        opt_rate = entry.optimizer_s_per_param
+    sources = (("compute", join_sources(src_c or {ANALYTICAL})),
+               ("activation_memory", join_sources(src_a or {ANALYTICAL})),
+               ("optimizer_step", label if entry is not None and entry.optimizer_s_per_param is not None
+                else ANALYTICAL))
     return StageCost(index=index, layers=(first_layer, first_layer + n_layers), fwd_s=fwd, bwd_s=bwd,
                      compute_s=comp, tp_s=tp_t, cp_s=cp_t, ep_s=ep_t, pp_s=pp_t,
                      weights_gib=weights / GIB, grads_gib=grads / GIB, optimizer_gib=optim / GIB,
                      activations_gib=activations / GIB, other_gib=other / GIB,
-                     dense_params=dense_p, expert_params=expert_p, hw_flops=hw_flops)
+                     dense_params=dense_p, expert_params=expert_p, hw_flops=hw_flops,
+                     optimizer_s_per_param=opt_rate, sources=sources)
 
 
-def _eager_states(zero: int, shards: int) -> tuple[float, float, float]:
-    """(weights, grads, optimizer) bytes per parameter for eager PyTorch (DDP / FSDP2 full shard)."""
+def _eager_states(zero: int, shards: int, precision: str = "bf16") -> tuple[float, float, float]:
+    """(weights, grads, optimizer) bytes per parameter for eager PyTorch (DDP / FSDP2 full shard);
+    fp32/tf32 runs keep no 2-byte autocast copy of the weights."""
     if zero >= 3:
         return 4 / shards, 4 / shards, 8 / shards
-    return 6.0, 4.0, 8.0
+    return (4.0 if precision in FP32_PRECISIONS else 6.0), 4.0, 8.0
 
 
 @dataclass(frozen=True)
@@ -427,8 +536,12 @@ def dp_traffic(st: StageCost, group: GroupSpec, s: StrategySpec, job: JobSpec, m
     rt = runtimes.get(s.runtime)
     dpn = group.devices_per_node
     dp_n = s.dp * s.cp
-    link = C.group_link(group, dp_n, _placement_per_node(dpn, s.tp, dp_n))
-    edp_link = C.group_link(group, s.edp, _placement_per_node(dpn, s.tp * s.cp * s.ep * s.etp // max(s.tp, 1), s.edp))
+    # measured link curves are read at the piece each collective moves: one layer's gradients (bucket),
+    # one collective per layer (per weight matrix for DeepSpeed ZeRO-3); no effect without curves
+    pieces = max(1, st.layers[1] - st.layers[0]) * (zero3_collectives_per_layer(s) if s.zero >= 3 else 1)
+    link = C.group_link(group, dp_n, _placement_per_node(dpn, s.tp, dp_n), buckets=pieces)
+    edp_link = C.group_link(group, s.edp, _placement_per_node(dpn, s.tp * s.cp * s.ep * s.etp // max(s.tp, 1), s.edp),
+                            buckets=pieces)
     dense, expert = st.dense_params, st.expert_params
     n_layers = max(1, st.layers[1] - st.layers[0])
     if s.zero >= 3:
@@ -437,8 +550,8 @@ def dp_traffic(st: StageCost, group: GroupSpec, s: StrategySpec, job: JobSpec, m
         # over NCCL's hierarchical rings (group_link); DeepSpeed ZeRO-3 one per weight matrix, which
         # across nodes ran as a flat ring at per-device NIC rate (Narayanan 2021 Table 2, COST_MODEL.md).
         nodes = -(-dp_n // max(1, _placement_per_node(dpn, s.tp, dp_n)))
-        z_link = C.flat_ring_link(group, dp_n) if nodes > 1 and s.zero3_impl == "deepspeed" else link
-        size = (dense + expert) * 2
+        z_link = C.flat_ring_link(group, dp_n, pieces) if nodes > 1 and s.zero3_impl == "deepspeed" else link
+        size = (dense + expert) * weight_bytes(job.precision)   # 16-bit (fp32 in fp32/tf32) weights and grads
         if rt.zero3_gather(s.pp) == "step":
             # pipelining + FSDP2: one gather before the first forward, one reduce-scatter in the last
             # backward; the stage's parameters stay unsharded in between
@@ -446,17 +559,18 @@ def dp_traffic(st: StageCost, group: GroupSpec, s: StrategySpec, job: JobSpec, m
                              params_s=C.all_gather_s(size, z_link), param_window_s=st.fwd_s,
                              last_bucket=1 / n_layers)
         per_mb = 3 * C.all_gather_s(size, z_link)
-        per_mb += 3 * max(0, n_layers * zero3_collectives_per_layer(s) - 1) * z_link.alpha_s
+        per_mb += 3 * max(0, n_layers * zero3_collectives_per_layer(s) - 1) * C.latency_s(z_link, "all_gather")
         return DpTraffic(reductions=0, zero3_s=per_mb * m, zero3_compute_s=m * st.time_s)
     sync = rt.grad_sync(s.zero, s.pp)
-    gb = rt.grad_bytes
+    gb = precision_state_bytes(job.precision, rt.grad_bytes)[1]   # main-grad bytes (4 in fp32/tf32)
+    wb = weight_bytes(job.precision)
     if s.zero == 0:
         grads = C.all_reduce_s(dense * gb, link) + C.all_reduce_s(expert * gb, edp_link)
         params = 0.0
     else:
         # distributed optimizer / ZeRO-1,2: reduce-scatter gradients, all-gather 16-bit params
         grads = C.reduce_scatter_s(dense * gb, link) + C.reduce_scatter_s(expert * gb, edp_link)
-        params = C.all_gather_s(dense * 2, link) + C.all_gather_s(expert * 2, edp_link)
+        params = C.all_gather_s(dense * wb, link) + C.all_gather_s(expert * wb, edp_link)
     overlapped = sync.overlap == "backward" and s.overlap_grad_reduce
     return DpTraffic(grads_s=grads, reductions=m if sync.grads == "micro_batch" else 1,
                      grad_window_s=st.bwd_s * (1 - 1 / n_layers) if overlapped else 0.0,
@@ -496,7 +610,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, s: StrategySp
     opt_s = 0.0
     for st in stages:
         owned = st.dense_params / (s.dp * s.cp if s.zero >= 1 else 1) + st.expert_params / (s.edp if s.zero >= 1 else 1)
-        opt_s = max(opt_s, owned * ADAM_BYTES_PER_PARAM / r.hbm_Bps)
+        opt_s = max(opt_s, owned * optimizer_rate(st, r))
     step = pipe + dp_exposed + opt_s
 
     devices = cluster.devices
@@ -529,6 +643,12 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, s: StrategySp
                     model_tflops_per_device=mflops / step / devices / 1e12, mfu=mfu, hfu=hfu,
                     peak_memory_gib=peak_mem, capacity_gib=capacity, breakdown_s=breakdown, memory_gib=memory,
                     stages=tuple(stages), micro_batches=m, devices=devices, bottleneck=bottleneck)
+
+
+def optimizer_rate(st: StageCost, r: ChipRates) -> float:
+    """Seconds of the optimizer step per locally owned parameter of a stage: measured (profile) or the
+    memory-bound Adam step, ADAM_BYTES_PER_PARAM / achievable HBM bandwidth."""
+    return st.optimizer_s_per_param if st.optimizer_s_per_param is not None else adam_bytes_per_param(r.dtype) / r.hbm_Bps
 
 
 def _bottleneck(b: dict[str, float], step: float, fits: bool, peak: float, cap: float, dp_total: float) -> str:

@@ -22,12 +22,12 @@ from baige_plan import runtimes
 from baige_plan.cost import collectives as C
 from baige_plan.cost.compute import ChipRates
 from baige_plan.cost.estimate import (
-    ADAM_BYTES_PER_PARAM,
     GRAD_BYTES,
     Estimate,
     StageCost,
     _bottleneck,
     dp_traffic,
+    optimizer_rate,
     stage_cost,
 )
 from baige_plan.cost.flops import megatron_model_flops
@@ -45,9 +45,9 @@ def path_link(cluster: ClusterSpec, a: GroupSpec, b: GroupSpec, devices_on_node:
         br = cluster.bridge(a.name, b.name)
         assert br is not None   # ClusterSpec guarantees a bridge between families
         return C.bridge_link(br, max(1, devices_on_node))
-    nic = min(a.nic_GBps * (a.chip.nic_efficiency or C.DEFAULT_NIC_EFF),
-              b.nic_GBps * (b.chip.nic_efficiency or C.DEFAULT_NIC_EFF))
-    return C.Link(nic, 2, (C.LAUNCH_US + C.NIC_STEP_US) * 1e-6, "nic")
+    # the slower NIC of the two (measured p2p curves of both groups where present, read with
+    # devices_on_node devices of a node sending at once)
+    return C.nic_p2p_link(a, b, per_node=max(1, devices_on_node))
 
 
 def _stage_strategy(p: PipelinesSpec, sh: PipelineShape, st: StageSpec) -> StrategySpec:
@@ -64,8 +64,7 @@ def _p2p_links(cluster: ClusterSpec, sh: PipelineShape, i: int) -> tuple[C.Link 
         if ga.name == gb.name:
             same_node = (a.tp * (sh.knobs.cp or 1) * sh.replicas * 2 <= ga.devices_per_node)
             if same_node:
-                return C.Link(ga.chip.need("scaleup_p2p_GBps") * (ga.chip.scaleup_efficiency or C.DEFAULT_SCALEUP_EFF),
-                              2, (C.LAUNCH_US + C.SCALEUP_STEP_US) * 1e-6)
+                return C.scaleup_p2p_link(ga, a.tp * (sh.knobs.cp or 1) * sh.replicas * 2)
         return path_link(cluster, ga, gb, min(ga.devices_per_node, a.tp * sh.replicas))
     st = sh.stages
     prev = link(st[i], st[i - 1]) if i > 0 else None
@@ -132,7 +131,7 @@ def estimate_pipelines(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: 
                 on_node = min(g.devices_per_node, st.tp * s.cp * sh.replicas)
                 links = [(path_link(cluster, g, cluster.group(og), on_node), og) for og in other_groups]
                 slow, og = min(links, key=lambda lk: (lk[0].busbw_GBps, lk[1]))
-                cross = C.all_reduce_s(shard, C.Link(slow.busbw_GBps, k, slow.alpha_s, slow.crosses))
+                cross = C.all_reduce_s(shard, C.ring_link(slow, k))
                 traffic = traffic.plus(cross)
                 if slow.crosses == "bridge":
                     key = tuple(sorted((g.name, og))) + ("dp-gradients",)
@@ -155,7 +154,7 @@ def estimate_pipelines(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: 
             r = ChipRates.of(cluster.group(st.group).chip, job.precision)
             owned = (c.dense_params + c.expert_params) / (s_.replicas * p.knob(s_, "cp") if p.knob(s_, "zero") >= 1
                                                           else 1)
-            opt_s = max(opt_s, owned * ADAM_BYTES_PER_PARAM / r.hbm_Bps)
+            opt_s = max(opt_s, owned * optimizer_rate(c, r))   # measured profile or Adam bytes / HBM
     step += opt_s
 
     used = p.devices_by_group()

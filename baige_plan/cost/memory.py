@@ -6,6 +6,8 @@ weights + Adam m and v. ZeRO stage 1 shards K over dp, stage 2 also g, stage 3 a
     stage 0: (w + g + K) Psi          stage 1: (w + g) Psi + K Psi / dp
     stage 2: w Psi + (g + K) Psi / dp stage 3: (w + g + K) Psi / dp
 The paper uses g = 2 (fp16 grads); Megatron-LM keeps fp32 main grads (g = 4), our default.
+Pure fp32 / tf32 training (no 16-bit copy, `precision_state_bytes`): the fp32 weights are the master,
+so w = 4, g = 4, K = 8 (Adam m and v): 16 bytes per parameter at ZeRO-0 instead of 18.
 
 Activations (Korthikanti et al. 2022, arXiv:2205.05198, Sec. 4, Table 2), bytes per layer for
 s tokens, micro-batch b, hidden h, heads a, tensor-parallel t, with 16-bit activations:
@@ -24,7 +26,25 @@ from baige_plan.specs.model import ModelSpec
 
 GIB = float(1 << 30)
 ADAM_K_BYTES = 12          # fp32 master weights (4) + Adam m (4) + v (4)
+ADAM_K_BYTES_FP32 = 8      # fp32/tf32 training: Adam m (4) + v (4); the fp32 weights are the master
+FP32_PRECISIONS = ("fp32", "tf32")
 FRAMEWORK_RESERVE_GIB = 1.5  # CUDA context, NCCL buffers, allocator slack (estimate; see COST_MODEL.md)
+
+
+def weight_bytes(precision: str) -> int:
+    """Bytes of the weight copy the GEMMs read (and ZeRO/FSDP gathers): 16-bit in mixed precision
+    (bf16, fp16, fp8 -- Transformer Engine keeps bf16 weights and quantises on the fly), fp32 in fp32/tf32."""
+    return 4 if precision in FP32_PRECISIONS else 2
+
+
+def precision_state_bytes(precision: str, grad_bytes: float = 4) -> tuple[float, float, float]:
+    """(weights, grads, optimizer K) bytes per parameter before ZeRO sharding.
+
+    Mixed precision: 16-bit weights, the runtime's main-grad bytes, K = 12 (fp32 master + Adam m, v).
+    fp32 / tf32: fp32 weights that are their own master, fp32 grads, K = 8 (Adam m, v)."""
+    if precision in FP32_PRECISIONS:
+        return 4.0, 4.0, float(ADAM_K_BYTES_FP32)
+    return 2.0, float(grad_bytes), float(ADAM_K_BYTES)
 
 
 def model_state_bytes_per_param(zero: int, dp: int, weight_bytes: float = 2, grad_bytes: float = 4,

@@ -17,6 +17,7 @@ from typing import Any
 from baige_plan.errors import InputError, SpecError
 from baige_plan.io.yamlio import check_keys, expect_schema, get_typed, read_document
 from baige_plan.specs.chip import DTYPES, SCALEUP_KINDS, ChipSpec, EfficiencyCurve
+from baige_plan.specs.link import LINK_OPS, METRICS, BandwidthCurve, LinkCurves
 
 SCHEMA = "baige-plan/chip/v1"
 _SOURCED_KEYS = {"value"}
@@ -70,6 +71,66 @@ def _curve(d: Any, src: str, path: str, cites: dict) -> EfficiencyCurve:
         raise InputError(src, f"{path}.{e.field}", e.reason) from None
 
 
+_CURVE_REQ = {"op", "n", "points", "sources"}
+_CURVE_OPT = {"per_node", "metric", "estimated", "note", "conditions"}
+LINK_DOMAINS = ("scaleup", "nic")
+
+
+def link_curves_from_doc(d: Any, src: str, path: str, cites: dict) -> LinkCurves:
+    """A list of measured curves (``measured.links.scaleup`` / ``.nic`` of a chip file; ``links`` of a
+    topology group or bridge) -> LinkCurves. Each item::
+
+        {op: all_reduce, n: 4, per_node: 4, metric: busbw, points: [[bytes, GBps], ...],
+         sources: [KEY], estimated: false, note: ..., conditions: ...}
+
+    `metric: algbw` points are converted to busbw (x the nccl-tests factor of op and n)."""
+    if not isinstance(d, list) or not d:
+        raise InputError(src, path, "must be a non-empty list of curves ({op, n, points, sources, ...})")
+    curves = []
+    for i, item in enumerate(d):
+        full = f"{path}[{i}]"
+        item = check_keys(item, src, full, _CURVE_REQ, _CURVE_OPT)
+        _check_sources(item, src, full, cites, need=True)
+        op = item["op"]
+        if op not in LINK_OPS:
+            raise InputError(src, f"{full}.op", f"must be one of {', '.join(LINK_OPS)}, got {op!r}")
+        for k in ("n", "per_node"):
+            v = item.get(k)
+            if k in item and (isinstance(v, bool) or not isinstance(v, int)):
+                raise InputError(src, f"{full}.{k}", f"expected an integer, got {v!r}")
+        metric = item.get("metric", "busbw")
+        if metric not in METRICS:
+            raise InputError(src, f"{full}.metric", f"must be one of {', '.join(METRICS)}, got {metric!r}")
+        if "estimated" in item and not isinstance(item["estimated"], bool):
+            raise InputError(src, f"{full}.estimated", "must be true or false")
+        pts = item["points"]
+        if not isinstance(pts, list) or not pts:
+            raise InputError(src, f"{full}.points", "must be a non-empty list of [bytes, GBps]")
+        out = []
+        for j, p in enumerate(pts):
+            if (not isinstance(p, list) or len(p) != 2
+                    or any(isinstance(x, bool) or not isinstance(x, (int, float)) for x in p)):
+                raise InputError(src, f"{full}.points[{j}]", f"expected [bytes, GBps], got {p!r}")
+            out.append((float(p[0]), float(p[1])))
+        try:
+            args = (item["n"], item.get("per_node"), item.get("estimated", False), tuple(item["sources"]))
+            c = (BandwidthCurve.from_algbw(op, out, *args) if metric == "algbw"
+                 else BandwidthCurve(op, tuple(out), *args))
+        except SpecError as e:
+            raise InputError(src, f"{full}.{e.field}", e.reason) from None
+        curves.append(c)
+    try:
+        return LinkCurves(tuple(curves))
+    except SpecError as e:
+        raise InputError(src, f"{path}{e.field}", e.reason) from None
+
+
+def link_domains_from_doc(d: Any, src: str, path: str, cites: dict) -> dict[str, LinkCurves]:
+    """``measured.links: {scaleup: [...], nic: [...]}`` -> {domain: LinkCurves}."""
+    d = check_keys(d, src, path, set(), set(LINK_DOMAINS))
+    return {k: link_curves_from_doc(v, src, f"{path}.{k}", cites) for k, v in d.items()}
+
+
 def chip_from_doc(doc: Any, src: str) -> ChipSpec:
     doc = expect_schema(doc, src, SCHEMA)
     top = check_keys(doc, src, "", {"schema", "id", "name", "vendor", "family", "sources", "peak_tflops",
@@ -94,9 +155,10 @@ def chip_from_doc(doc: Any, src: str) -> ChipSpec:
     pcie = check_keys(top.get("pcie") or {}, src, "pcie", set(), {"GBps_per_dir", "gen"})
     meas = check_keys(top["measured"], src, "measured", {"gemm_efficiency"},
                       {"hbm_efficiency", "scaleup_efficiency", "nic_efficiency", "scaleup_latency_us",
-                       "nic_latency_us", "observations", "flash_attention_efficiency"})
+                       "nic_latency_us", "observations", "flash_attention_efficiency", "links"})
     curves_d = check_keys(meas["gemm_efficiency"] or {}, src, "measured.gemm_efficiency", set(), set(DTYPES))
     curves = {k: _curve(v, src, f"measured.gemm_efficiency.{k}", cites) for k, v in curves_d.items()}
+    links = link_domains_from_doc(meas["links"], src, "measured.links", cites) if "links" in meas else {}
     su_bw = _sourced(su, "GBps_per_dir", src, "scaleup", cites)
     p2p = _sourced(su, "p2p_GBps_per_dir", src, "scaleup", cites, required=False)
     try:
@@ -118,6 +180,8 @@ def chip_from_doc(doc: Any, src: str) -> ChipSpec:
             scaleup_latency_us=_sourced(meas, "scaleup_latency_us", src, "measured", cites, required=False),
             nic_latency_us=_sourced(meas, "nic_latency_us", src, "measured", cites, required=False),
             flash_efficiency=_sourced(meas, "flash_attention_efficiency", src, "measured", cites, required=False),
+            scaleup_curves=links.get("scaleup"),
+            nic_curves=links.get("nic"),
         )
     except SpecError as e:
         raise InputError(src, e.field, e.reason) from None

@@ -42,6 +42,9 @@ TOP_KEYS = ("schema", "tool", "inputs", "strategy", "pipelines", "estimate", "pl
 # -- building ---------------------------------------------------------------------------------
 def cluster_doc(cluster: ClusterSpec, chip_docs: dict[str, dict]) -> dict:
     """The topology-file form with each group's chip document embedded in full."""
+    from baige_plan.io.topologies import link_curve_extras
+
+    curve_groups, curve_bridges, curve_sources = link_curve_extras(cluster)
     groups = []
     for g in cluster.groups:
         d: dict[str, Any] = {"name": g.name, "chip": chip_docs[g.name], "nodes": g.nodes,
@@ -50,11 +53,18 @@ def cluster_doc(cluster: ClusterSpec, chip_docs: dict[str, dict]) -> dict:
             d["scaleup_GBps"] = g.scaleup_GBps
         if g.scaleout_Gbps is not None:
             d["scaleout_Gbps"] = g.scaleout_Gbps
+        if g.profile is not None:   # measured per-layer profile, embedded so the plan re-evaluates as written
+            from baige_plan.io.profiles import profile_to_dict
+            d["profile"] = profile_to_dict(g.profile)
+        d.update(curve_groups.get(g.name, {}))   # measured link curves, so the plan re-evaluates as written
         groups.append(d)
     doc: dict[str, Any] = {"schema": TOPOLOGY_SCHEMA, "name": cluster.name, "groups": groups}
     if cluster.bridges:
         doc["bridges"] = [{"groups": list(b.groups), "kind": b.kind, "GBps_per_node": b.GBps_per_node,
-                           "latency_us": b.latency_us} for b in cluster.bridges]
+                           "latency_us": b.latency_us, **extra} for b, extra in zip(cluster.bridges, curve_bridges,
+                                                                                   strict=True)]
+    if curve_sources:
+        doc["sources"] = dict(sorted(curve_sources.items()))
     return doc
 
 

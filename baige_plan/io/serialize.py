@@ -66,6 +66,7 @@ def estimate_dict(e: Estimate) -> dict:
         "micro_batches": e.micro_batches,
         "devices": e.devices,
         "bottleneck": e.bottleneck,
+        "sources": e.sources,   # which parts are measured (--profile) and which analytical
         "stages": [{"index": st.index, "layers": list(st.layers), "time_per_micro_batch_s": st.time_s,
                     "memory_gib": st.memory_gib} for st in e.stages],
         "conventions": CONVENTIONS,

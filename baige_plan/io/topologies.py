@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from baige_plan.errors import InputError, SpecError
+from baige_plan.io.chips import link_curves_from_doc, link_domains_from_doc
 from baige_plan.io.yamlio import check_keys, expect_schema, get_typed, read_document
 from baige_plan.specs.chip import ChipSpec
+from baige_plan.specs.link import LinkCurves
 from baige_plan.specs.topology import BridgeSpec, ClusterSpec, GroupSpec
 
 SCHEMA = "baige-plan/topology/v1"
@@ -57,8 +59,11 @@ def cluster_from_shorthand(text: str, resolve_chip: ChipResolver) -> tuple[Clust
 def cluster_from_dict(d: Any, src: str, resolve_chip: ChipResolver, *, check_schema: bool = True) -> ClusterSpec:
     if check_schema:
         d = expect_schema(d, src, SCHEMA)
-    d = check_keys(d, src, "", {"name", "groups"}, {"schema", "bridges", "source", "notes"})
+    d = check_keys(d, src, "", {"name", "groups"}, {"schema", "bridges", "source", "notes", "sources"})
     name = get_typed(d, "name", src, "", (str,))
+    cites = d.get("sources") or {}
+    if not isinstance(cites, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in cites.items()):
+        raise InputError(src, "sources", "must map source keys to citation strings")
     graw = d["groups"]
     if not isinstance(graw, list) or not graw:
         raise InputError(src, "groups", "must be a non-empty list")
@@ -66,7 +71,7 @@ def cluster_from_dict(d: Any, src: str, resolve_chip: ChipResolver, *, check_sch
     for i, g in enumerate(graw):
         path = f"groups[{i}]"
         g = check_keys(g, src, path, {"name", "chip", "nodes", "devices_per_node"},
-                       {"scaleup_GBps", "scaleout_Gbps", "notes"})
+                       {"scaleup_GBps", "scaleout_Gbps", "notes", "links", "profile"})
         ref = g["chip"]
         if isinstance(ref, dict):
             from baige_plan.io.chips import chip_from_doc  # embedded chip (plan files)
@@ -75,10 +80,15 @@ def cluster_from_dict(d: Any, src: str, resolve_chip: ChipResolver, *, check_sch
         else:
             chip_ref = get_typed(g, "chip", src, path, (str,))
             chip = resolve_chip(chip_ref, src, f"{path}.chip")
-        kw = {}
+        kw: dict[str, Any] = {}
         for k in ("scaleup_GBps", "scaleout_Gbps"):
             if g.get(k) is not None:
                 kw[k] = float(get_typed(g, k, src, path, (int, float)))
+        if "links" in g:
+            links = link_domains_from_doc(g["links"], src, f"{path}.links", cites)
+            kw.update({f"{k}_curves": v for k, v in links.items()})
+        if g.get("profile") is not None:
+            kw["profile"] = _group_profile(g["profile"], src, f"{path}.profile", chip.id, chip_ref)
         try:
             groups.append(GroupSpec(name=get_typed(g, "name", src, path, (str,)), chip=chip,
                                     nodes=get_typed(g, "nodes", src, path, (int,)),
@@ -89,7 +99,7 @@ def cluster_from_dict(d: Any, src: str, resolve_chip: ChipResolver, *, check_sch
     bridges = []
     for i, b in enumerate(d.get("bridges") or []):
         path = f"bridges[{i}]"
-        b = check_keys(b, src, path, {"groups", "kind", "GBps_per_node"}, {"latency_us", "notes"})
+        b = check_keys(b, src, path, {"groups", "kind", "GBps_per_node"}, {"latency_us", "notes", "links"})
         gs = b["groups"]
         if not isinstance(gs, list) or len(gs) != 2 or not all(isinstance(x, str) for x in gs):
             raise InputError(src, f"{path}.groups", f"must list two group names, got {gs!r}")
@@ -97,13 +107,69 @@ def cluster_from_dict(d: Any, src: str, resolve_chip: ChipResolver, *, check_sch
             bridges.append(BridgeSpec(groups=(gs[0], gs[1]), kind=get_typed(b, "kind", src, path, (str,)),
                                       GBps_per_node=float(get_typed(b, "GBps_per_node", src, path, (int, float))),
                                       latency_us=float(get_typed(b, "latency_us", src, path, (int, float),
-                                                                 DEFAULT_BRIDGE_LATENCY_US))))
+                                                                 DEFAULT_BRIDGE_LATENCY_US)),
+                                      curves=(link_curves_from_doc(b["links"], src, f"{path}.links", cites)
+                                              if "links" in b else None)))
         except SpecError as e:
             raise InputError(src, f"{path}.{e.field}", e.reason) from None
     try:
-        return ClusterSpec(name=name, groups=tuple(groups), bridges=tuple(bridges))
+        return ClusterSpec(name=name, groups=tuple(groups), bridges=tuple(bridges),
+                           sources=tuple(sorted(cites.items())))
     except SpecError as e:
         raise InputError(src, e.field, e.reason) from None
+
+
+def curves_to_doc(curves: LinkCurves) -> list[dict]:
+    """LinkCurves -> the file form (busbw points), for plan files that embed the topology."""
+    out = []
+    for c in curves.curves:
+        d: dict[str, Any] = {"op": c.op, "n": c.n}
+        if c.per_node is not None:
+            d["per_node"] = c.per_node
+        d["points"] = [[p[0], p[1]] for p in c.points]
+        d["sources"] = list(c.sources)
+        if c.estimated:
+            d["estimated"] = True
+        out.append(d)
+    return out
+
+
+def link_curve_extras(cluster: ClusterSpec) -> tuple[dict[str, dict], list[dict], dict[str, str]]:
+    """What a topology document needs beyond the plain fields to rebuild `cluster`'s measured link
+    curves: ({group name: {"links": ...}}, [per bridge {"links": ...} or {}], cited sources). Plan
+    writers (io/plans.py cluster_doc) merge these into the groups/bridges they write and add
+    `sources:` when it is non-empty; without curves all three are empty."""
+    groups: dict[str, dict] = {}
+    used: set[str] = set()
+    for g in cluster.groups:
+        links = {k: curves_to_doc(v) for k, v in (("scaleup", g.scaleup_curves), ("nic", g.nic_curves)) if v}
+        if links:
+            groups[g.name] = {"links": links}
+            used |= {s for v in (g.scaleup_curves, g.nic_curves) if v for c in v.curves for s in c.sources}
+    bridges = []
+    for b in cluster.bridges:
+        bridges.append({"links": curves_to_doc(b.curves)} if b.curves else {})
+        used |= {s for c in (b.curves.curves if b.curves else ()) for s in c.sources}
+    return groups, bridges, {k: v for k, v in cluster.sources if k in used}
+
+
+def _group_profile(ref: Any, src: str, field: str, chip_id: str, chip_ref: str | None):
+    """A group's measured per-layer profile (issue 10): embedded (plan files) or a path, relative to the
+    topology file's folder. It must have been measured on the group's chip."""
+    from baige_plan.io.profiles import load_profile, profile_from_dict
+    if isinstance(ref, dict):
+        p = profile_from_dict(ref, f"{src} ({field})")
+    elif isinstance(ref, str):
+        path = Path(ref)
+        if not path.is_absolute() and not path.is_file() and Path(src).is_file():
+            path = Path(src).parent / ref
+        p = load_profile(path)
+    else:
+        raise InputError(src, field, f"expected a profile file path or an embedded profile, got {ref!r}")
+    if p.chip not in (chip_id, chip_ref):
+        raise InputError(src, field, f"profile {p.name!r} was measured on chip {p.chip!r}, the group's chip is "
+                         f"{chip_id!r}")
+    return p
 
 
 def load_topology_file(path: str | Path, resolve_chip: ChipResolver) -> ClusterSpec:

@@ -2,13 +2,18 @@
 
     python -m baige_plan.profile.measure --out chip.yaml [--devices 2] [--quick] [--base h100-sxm5-80g]
     python -m baige_plan.profile.measure --refit chip.raw.json --out chip.yaml --base h100-sxm5-80g
+    python -m baige_plan.profile.measure --devices 4 --collectives-only --out links.yaml
 
 Method: each kernel is warmed up, then timed with CUDA events around a loop sized to about
 20 ms, repeated (5x) and the median taken. GEMMs: square m=n=k from 256 to 16384 and LLM-like
 (tokens x out x in) shapes for bf16 and fp16, fp8 (e4m3, torch._scaled_mm) where available.
-HBM: device-to-device copies, bytes read + written. Collectives (--devices N > 1): one process
-per GPU (torch.multiprocessing), NCCL, float32 buffers from 4 KiB to 1 GiB; each size's time
-is the maximum over ranks of the per-rank median. NVLink multicast (NVLS) stays off.
+HBM: device-to-device copies, bytes read + written. Collectives (--devices N > 1): for each group
+size w in 2, 4, 8, ... up to N (and N), one process per GPU on GPUs 0..w-1 (torch.multiprocessing),
+NCCL, float32 buffers from 1 KiB to 1 GiB (every 2x; --quick every 4x): all-reduce, all-gather,
+reduce-scatter, all-to-all and a ring send/recv (each rank sends to the next and receives from the
+previous); each size's time is the maximum over ranks of the per-rank median. The writer turns
+them into the chip file's measured bus-bandwidth curves (`measured.links.scaleup`, specs/link.py).
+NVLink multicast (NVLS) stays off.
 """
 
 from __future__ import annotations
@@ -165,9 +170,19 @@ def measure_hbm(torch, quick: bool) -> list[dict]:
 
 
 def coll_sizes(quick: bool) -> list[int]:
-    small = [4096, 65536]
-    big = [MiB << i for i in range(0, 11, 2 if quick else 1)]       # 1 MiB .. 1 GiB
-    return small + big
+    """Message sizes: 1 KiB .. 1 GiB, every 2x (quick: every 4x)."""
+    return [1024 << i for i in range(0, 21, 2 if quick else 1)]
+
+
+def collective_worlds(devices: int) -> list[int]:
+    """Group sizes measured on `devices` GPUs: 2, 4, 8, ... up to devices, and devices itself."""
+    out, w = set(), 2
+    while w <= devices:
+        out.add(w)
+        w *= 2
+    if devices >= 2:
+        out.add(devices)
+    return sorted(out)
 
 
 def _coll_worker(rank: int, world: int, sizes: list[int], port: int, result_path: str) -> None:
@@ -237,6 +252,7 @@ def _free_port() -> int:
 
 
 def measure_collectives(torch, devices: int, quick: bool) -> dict:
+    """One group size (`devices` ranks on GPUs 0..devices-1)."""
     import torch.multiprocessing as mp
 
     sizes = coll_sizes(quick)
@@ -246,6 +262,11 @@ def measure_collectives(torch, devices: int, quick: bool) -> dict:
         with open(path) as f:
             results = json.load(f)
     return {"world": devices, "dtype": "float32", "backend": "nccl", "results": results}
+
+
+def measure_collective_runs(torch, devices: int, quick: bool) -> list[dict]:
+    """Every group size of `collective_worlds(devices)`, smallest first."""
+    return [measure_collectives(torch, w, quick) for w in collective_worlds(devices)]
 
 
 def device_info(torch, devices: int) -> dict:
@@ -272,21 +293,27 @@ def device_info(torch, devices: int) -> dict:
             "topology": smi("topo", "-m") if devices > 1 else None}
 
 
-def measure_all(devices: int = 1, quick: bool = False, command: str = "") -> dict:
-    """Run every measurement; returns the raw document (schema baige-plan/profile-raw/v1)."""
+def measure_all(devices: int = 1, quick: bool = False, command: str = "", collectives_only: bool = False) -> dict:
+    """Run every measurement; returns the raw document (schema baige-plan/profile-raw/v1).
+
+    `collectives`: a list of runs, one per group size (fit.collective_runs reads it; older raw
+    files hold one run as a mapping)."""
     import torch
 
     if not torch.cuda.is_available():
         raise RuntimeError("torch sees no CUDA device")
     if devices > torch.cuda.device_count():
         raise RuntimeError(f"--devices {devices} but torch sees {torch.cuda.device_count()} GPU(s)")
+    if collectives_only and devices < 2:
+        raise RuntimeError("--collectives-only needs --devices 2 or more")
     torch.cuda.set_device(0)
     raw: dict[str, Any] = {"schema": RAW_SCHEMA, "date": _dt.date.today().isoformat(), "command": command,
                            "quick": quick, "device": device_info(torch, devices)}
-    raw["gemm"] = measure_gemm(torch, quick)
-    raw["hbm"] = measure_hbm(torch, quick)
+    if not collectives_only:
+        raw["gemm"] = measure_gemm(torch, quick)
+        raw["hbm"] = measure_hbm(torch, quick)
     if devices > 1:
-        raw["collectives"] = measure_collectives(torch, devices, quick)
+        raw["collectives"] = measure_collective_runs(torch, devices, quick)
     return raw
 
 
@@ -295,6 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("chip-profiled.yaml"))
     ap.add_argument("--devices", type=int, default=1)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--collectives-only", action="store_true", help="measure only the collectives (no GEMM/HBM)")
     ap.add_argument("--base", default="h100-sxm5-80g", help="datasheet chip id or file for unmeasured figures")
     ap.add_argument("--catalog", action="append", default=[])
     ap.add_argument("--id", dest="chip_id")
@@ -313,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {ns.out}", file=sys.stderr)
         return 0
     cmd = "baige-plan profile " + " ".join(argv if argv is not None else sys.argv[1:])
-    raw = measure_all(ns.devices, ns.quick, cmd.strip())
+    raw = measure_all(ns.devices, ns.quick, cmd.strip(), ns.collectives_only)
     write_atomic(raw_path_for(ns.out), json.dumps(raw, indent=1, sort_keys=True) + "\n")
     print(f"wrote {raw_path_for(ns.out)}", file=sys.stderr)
     try:

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from baige_plan.errors import InputError
+from baige_plan.io import outfile
 from baige_plan.io.chips import chip_from_doc
 from baige_plan.io.yamlio import read_document
 from baige_plan.profile import fit as F
@@ -95,7 +94,8 @@ def build_chip_doc(base_doc: dict, raw: dict, chip_id: str | None = None) -> dic
             "value": eff, "sources": src,
             "conditions": f"device-to-device copy of {big['bytes'] / 2**30:.0f} GiB, bytes read + written",
             "note": f"{gbps:.0f} GB/s of {hbm_peak} GB/s"}
-    coll = raw.get("collectives")
+    runs = collective_runs(raw)
+    coll = runs[-1] if runs else None           # the largest group size measured
     link = doc["scaleup"]["GBps_per_dir"]["value"]
     if coll and link:
         cf = F.collective_fit(coll)
@@ -111,7 +111,8 @@ def build_chip_doc(base_doc: dict, raw: dict, chip_id: str | None = None) -> dic
             "conditions": f"smallest message ({min(cf.small_bytes.values())} B) time / ring steps, median over "
                           f"collectives, {n} GPUs",
             "note": ", ".join(f"{op} {v:.1f} us/step" for op, v in sorted(cf.latency_us.items()))}
-        notes.append(f"Collectives measured on {n} GPUs of one node only: efficiencies of larger "
+        worlds = ", ".join(str(r["world"]) for r in runs)
+        notes.append(f"Collectives measured on {worlds} GPUs of one node only: efficiencies of larger "
                      f"NVSwitch domains and of the NIC are not measured (NIC figures kept from {base_id}).")
     base_meas = base_doc.get("measured") or {}
     for k in ("nic_efficiency", "nic_latency_us"):
@@ -122,6 +123,8 @@ def build_chip_doc(base_doc: dict, raw: dict, chip_id: str | None = None) -> dic
             measured[k] = copy.deepcopy(base_meas[k])
     for dtype, curve in (base_meas.get("gemm_efficiency") or {}).items():
         measured["gemm_efficiency"].setdefault(dtype, copy.deepcopy(curve))
+    if runs:
+        measured["links"] = {"scaleup": link_curves_doc(runs, src)}
     doc["measured"] = measured
     if dev.get("mem_total_bytes"):
         doc["memory"]["usable_gib"] = {
@@ -131,6 +134,40 @@ def build_chip_doc(base_doc: dict, raw: dict, chip_id: str | None = None) -> dic
     doc["notes"] = list(doc.get("notes") or []) + notes
     chip_from_doc(doc, f"profile result for {doc['id']}")   # never write an invalid file
     return {k: doc[k] for k in _TOP_ORDER if k in doc} | {k: v for k, v in doc.items() if k not in _TOP_ORDER}
+
+
+def collective_runs(raw: dict) -> list[dict]:
+    """The raw file's collective runs, smallest group first (`collectives` is one run as a mapping in
+    older files, a list of runs, one per group size, since link curves)."""
+    c = raw.get("collectives")
+    if not c:
+        return []
+    runs = [c] if isinstance(c, dict) else list(c)
+    return sorted(runs, key=lambda r: int(r["world"]))
+
+
+#: measure.py op name -> link-curve op (specs/link.py)
+CURVE_OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
+             "all_to_all": "all_to_all", "sendrecv": "p2p"}
+
+
+def link_curves_doc(runs: list[dict], src: list[str]) -> list[dict]:
+    """Bus-bandwidth curves (chip-file form, `measured.links.scaleup`) from collective runs: per run
+    and op, [bytes, busbw GB/s] at every measured size (nccl-tests conventions, fit.busbw_GBps),
+    busbw to 4 significant figures."""
+    out = []
+    for run in runs:
+        n = int(run["world"])
+        for op, cop in CURVE_OPS.items():
+            rows = sorted((r for r in run["results"] if r["op"] == op), key=lambda r: r["bytes"])
+            if not rows:
+                continue
+            pts = [[int(r["bytes"]), F._sig(F.busbw_GBps(op, r["bytes"], r["time_s"], n), 4)] for r in rows]
+            what = "ring send/recv (each rank to the next), GB/s per rank" if op == "sendrecv" else "busbw"
+            out.append({"op": cop, "n": n, "points": pts, "sources": src,
+                        "conditions": f"{n} GPUs of one node, NCCL {run.get('dtype', 'float32')} buffers, {what}; "
+                                      f"per size the max over ranks of the per-rank median (5 repeats)"})
+    return out
 
 
 # -- YAML text ----------------------------------------------------------------------------
@@ -173,17 +210,8 @@ def dump_chip_yaml(doc: dict, header: str = "") -> str:
 
 
 def write_atomic(path: str | Path, text: str) -> None:
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, p)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Regular files only, atomic, fsync'ed, mode 0o666 & ~umask (baige_plan/io/outfile.py); creates the folder."""
+    outfile.write_atomic(path, text, make_parents=True)
 
 
 def raw_path_for(out: str | Path) -> Path:

@@ -24,12 +24,19 @@ from baige_plan import runtimes
 from baige_plan.cost import collectives as C
 from baige_plan.cost.compute import ChipRates
 from baige_plan.cost.estimate import (
-    ADAM_BYTES_PER_PARAM,
     ZERO3_COLLECTIVES_PER_LAYER,
     ZERO3_OVERLAP,
+    adam_bytes_per_param,
     stage_cost,
 )
-from baige_plan.cost.memory import FRAMEWORK_RESERVE_GIB, GIB, layer_activation_bytes
+from baige_plan.cost.memory import (
+    FP32_PRECISIONS,
+    FRAMEWORK_RESERVE_GIB,
+    GIB,
+    layer_activation_bytes,
+    precision_state_bytes,
+    weight_bytes,
+)
 from baige_plan.cost.params import layer_params_split
 from baige_plan.search.space import COL
 from baige_plan.specs.job import JobSpec
@@ -78,6 +85,10 @@ class Bounds:
         self.knobs = runtimes.knobs(runtime)
         self.rates = ChipRates.of(group.chip, job.precision)
         self.capacity_gib = group.chip.need("memory_gib")
+        # a measured profile (specs/profile.py) may store fewer activation bytes or step the optimizer
+        # faster than the analytical terms below: scale them by its smallest ratio so they stay bounds
+        from baige_plan.cost.measured import profile_bound_factors
+        self.act_lb, self.opt_lb = profile_bound_factors(model, group, job, self.knobs)
 
     # -- per (tp, ep, etp, pp, first, last): params and layer counts of stages 0, 1, pp-1 ----------
     def _param_table(self, key: tuple[int, ...]) -> np.ndarray:
@@ -143,19 +154,22 @@ class Bounds:
         dpd = dp * cp
         edp = tp * cp * dp / (ep * etp)
         eager = self.runtime.execution == "eager"
-        gb = self.runtime.grad_bytes
+        # model-state bytes per parameter as estimate.stage_cost counts them for this precision
+        wb = weight_bytes(job.precision)
+        w0, gb, k0 = precision_state_bytes(job.precision, self.runtime.grad_bytes)
         if eager:
-            # eager PyTorch (estimate._eager_states): fp32 master 4 B (+2 B bf16 copy unless sharded),
-            # fp32 grads 4 B, AdamW 8 B; all sharded under FSDP (zero 3)
-            w, g, k = (np.where(zero >= 3, b / dpd, full) for b, full in ((4, 6.0), (4, 4.0), (8, 8.0)))
-            we, ge, ke = (np.where(zero >= 3, b / edp, full) for b, full in ((4, 6.0), (4, 4.0), (8, 8.0)))
+            # eager PyTorch (estimate._eager_states): fp32 master 4 B (+2 B bf16 copy unless sharded
+            # or fp32/tf32), fp32 grads 4 B, AdamW 8 B; all sharded under FSDP (zero 3)
+            wf = 4.0 if job.precision in FP32_PRECISIONS else 6.0
+            w, g, k = (np.where(zero >= 3, b / dpd, full) for b, full in ((4, wf), (4, 4.0), (8, 8.0)))
+            we, ge, ke = (np.where(zero >= 3, b / edp, full) for b, full in ((4, wf), (4, 4.0), (8, 8.0)))
         else:
-            w = np.where(zero >= 3, 2 / dpd, 2.0)
-            g = np.where(zero >= 2, gb / dpd, float(gb))
-            k = np.where(zero >= 1, 12 / dpd, 12.0)
-            we = np.where(zero >= 3, 2 / edp, 2.0)
-            ge = np.where(zero >= 2, gb / edp, float(gb))
-            ke = np.where(zero >= 1, 12 / edp, 12.0)
+            w = np.where(zero >= 3, w0 / dpd, w0)
+            g = np.where(zero >= 2, gb / dpd, gb)
+            k = np.where(zero >= 1, k0 / dpd, k0)
+            we = np.where(zero >= 3, w0 / edp, w0)
+            ge = np.where(zero >= 2, gb / edp, gb)
+            ke = np.where(zero >= 1, k0 / edp, k0)
         tokens = mb * job.seq_len / cp
         full = rec == RECOMPUTE.index("full")
         best = np.zeros(len(a))
@@ -164,13 +178,14 @@ class Bounds:
             states = dense * (w + k) + expert * (we + ke)
             grads = dense * g + expert * ge
             layer_full = np.maximum(dense + expert - emb, 0.0) / np.maximum(n, 1)
-            states += np.where(zero >= 3, 2 * 2 * layer_full / ZERO3_COLLECTIVES_PER_LAYER, 0.0)
+            states += np.where(zero >= 3, 2 * wb * layer_full / ZERO3_COLLECTIVES_PER_LAYER, 0.0)
             held = np.minimum(pp - idx, micro)
             inflight = np.where(pp == 1, 1.0, np.where(vpp > 1, held * (1 + (pp - 1) / (pp * vpp)), held))
             act = mb * (nd * A[:, 0] + nm * A[:, 1]) * inflight
             act += np.where(full, mb * np.maximum(np.where(nd > 0, A[:, 2], 0), np.where(nm > 0, A[:, 3], 0)), 0)
             act += np.where(idx == 0, tokens * m.hidden * ab / np.where(sp > 0, tp, 1), 0.0)
             act += np.where(idx == pp - 1, tokens * m.vocab / tp * (4 + ab), 0.0)
+            act = act * self.act_lb
             # eager without DDP buckets holds the larger of grads and activations (estimate.stage_cost)
             held_ga = np.maximum(grads, act) if eager else grads + act
             best = np.maximum(best, (states + held_ga) / GIB + FRAMEWORK_RESERVE_GIB)
@@ -202,7 +217,8 @@ class Bounds:
         att = a[:, COL["attention"]]
         # selective recomputation of fused (flash) attention costs nothing extra: share the "none" times
         cheap = (rec == RECOMPUTE.index("selective")) & (att == ATTENTION.index("flash"))
-        rec[cheap] = RECOMPUTE.index("none")
+        if self.group.profile is None:   # a profile may time selective and none differently
+            rec[cheap] = RECOMPUTE.index("none")
         uniq, inv = _unique_rows(a, ("tp", "cp", "micro_batch", "sp", "ep", "etp", "attention"), rec)
         T = np.array([self._layer_time(tuple(int(x) for x in k)) for k in uniq]).reshape(-1, 3)[inv.reshape(-1)]
         cd, cm, tail = T[:, 0], T[:, 1], T[:, 2]
@@ -220,7 +236,9 @@ class Bounds:
             idx, n, nd, nm, dense, expert, emb = (P[:, j, c] for c in range(7))
             t = nd * cd + nm * cm + np.where(idx == pp - 1, tail, 0.0)
             t_max = np.maximum(t_max, t)
-            opt = np.maximum(opt, (dense / dpd + expert / edp) * ADAM_BYTES_PER_PARAM / self.rates.hbm_Bps)
+            opt = np.maximum(opt, (dense / dpd + expert / edp) * adam_bytes_per_param(job.precision)
+                             / self.rates.hbm_Bps
+                             * self.opt_lb)
         pipe = micro * t_max + (total - t_max) / vpp
         # ZeRO-3 gathers per micro-batch unless the runtime gathers once per step with pipelining
         per_mb = {int(x): self.runtime.zero3_gather(int(x)) == "micro_batch" for x in np.unique(pp)}
@@ -236,6 +254,6 @@ class Bounds:
                                    else C.DEFAULT_SCALEUP_EFF)
         nic = g.nic_GBps * (chip.nic_efficiency if chip.nic_efficiency is not None else C.DEFAULT_NIC_EFF)
         bw = max(su, nic) * 1e9
-        size = np.max(P[:, :, 4] + P[:, :, 5], axis=1) * 2
+        size = np.max(P[:, :, 4] + P[:, :, 5], axis=1) * weight_bytes(self.job.precision)
         tot = micro * 3 * size * (n - 1) / n / bw
         return np.where(zero >= 3, (1 - ZERO3_OVERLAP) * tot, 0.0)

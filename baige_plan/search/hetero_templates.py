@@ -233,10 +233,17 @@ def spanning_templates(model: ModelSpec, job: JobSpec, groups: list[GroupSpec], 
     for tps in product(*[tp_pref[n][:SPANNING_TP_PER_GROUP] for n in names]):
         tp = dict(zip(names, tps, strict=True))
         units = {g.name: g.devices // tp[g.name] for g in groups}
-        rs = [r for r in range(1, min(units.values()) + 1)
-              if all(g.devices % (tp[g.name] * r) == 0 for g in groups)
-              and sum(units[n] // r for n in names) <= model.layers and lim.pp_ok(sum(units[n] // r for n in names))]
-        for r in sorted(rs, reverse=True)[:MAX_SPANNING_REPLICAS]:
+        # replicas r: every device used (r divides each group's stage slots), or, when the batch does not
+        # split over such r, the r that divide the batch with the remainder of a group left idle (a
+        # runtime gives every replica the same share); fewest pipeline stages first
+        exact_r = {r for r in range(1, min(units.values()) + 1)
+                   if all(units[n] % r == 0 for n in names)}
+        batch_r = {r for r in _divisors_upto(job.global_batch, min(units.values())) if r not in exact_r}
+        rs = [r for r in exact_r | batch_r
+              if 2 <= sum(units[n] // r for n in names) <= model.layers
+              and lim.pp_ok(sum(units[n] // r for n in names))]
+        rs.sort(key=lambda r: (-r, r not in exact_r))
+        for r in rs[:MAX_SPANNING_REPLICAS]:
             counts = {n: units[n] // r for n in names}
             for order in segment_orders(counts, names):
                 segs = tuple((g, tp[g], n) for g, n in order)
@@ -246,6 +253,16 @@ def spanning_templates(model: ModelSpec, job: JobSpec, groups: list[GroupSpec], 
                     kn = ShapeKnobs() if b == base.micro_batch else ShapeKnobs(micro_batch=b)
                     temps.append(Template(((r, segs, kn),)))
     return temps
+
+
+def _divisors_upto(n: int, cap: int) -> list[int]:
+    """Divisors of n that are <= cap (trial division up to sqrt(n): bounded work for any n)."""
+    out, d = set(), 1
+    while d * d <= n:
+        if n % d == 0:
+            out.update((d, n // d))
+        d += 1
+    return sorted(x for x in out if x <= cap)
 
 
 def templates(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySpec, memory_frac: float,

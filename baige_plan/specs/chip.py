@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 
 from baige_plan.errors import SpecError, require
+from baige_plan.specs.link import LinkCurves
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 SCALEUP_KINDS = ("switch", "mesh", "pcie", "torus")
@@ -76,6 +77,8 @@ class ChipSpec:
     scaleup_latency_us: float | None = None     # per collective step
     nic_latency_us: float | None = None
     flash_efficiency: float | None = None       # fused attention (fwd + bwd) achieved / dense peak
+    scaleup_curves: LinkCurves | None = None    # measured.links.scaleup (specs/link.py)
+    nic_curves: LinkCurves | None = None        # measured.links.nic
 
     def __post_init__(self) -> None:
         require(bool(self.id), "id", "must be a non-empty string")

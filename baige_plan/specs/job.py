@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from baige_plan.errors import require
 
-PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
+PRECISIONS = ("bf16", "fp16", "fp8", "fp32", "tf32")   # fp32: CUDA-core fp32; tf32: fp32 storage, TF32 matmuls
 
 
 @dataclass(frozen=True)

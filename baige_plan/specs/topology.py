@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 from baige_plan.errors import SpecError, require
 from baige_plan.specs.chip import ChipSpec
+from baige_plan.specs.link import LinkCurves
+from baige_plan.specs.profile import ProfileSpec
 
 BRIDGE_KINDS = ("cpu-forwarding", "rdma")
 
@@ -19,6 +21,9 @@ class GroupSpec:
     scaleup_GBps: float | None = None     # overrides the chip's (per device, per direction)
     scaleout_Gbps: float | None = None    # overrides the chip's NIC per device
     chip_ref: str | None = None           # as written in the file (catalog id or path)
+    scaleup_curves: LinkCurves | None = None  # measured scale-up curves, override the chip's (specs/link.py)
+    nic_curves: LinkCurves | None = None      # measured NIC curves, override the chip's
+    profile: ProfileSpec | None = None    # measured per-layer profile of the planned model on this chip (issue 10)
 
     def __post_init__(self) -> None:
         require(bool(self.name), "name", "must be a non-empty string")
@@ -58,6 +63,7 @@ class BridgeSpec:
     kind: str
     GBps_per_node: float
     latency_us: float
+    curves: LinkCurves | None = None   # measured bridge curves, GB/s per node (specs/link.py)
 
     def __post_init__(self) -> None:
         require(len(self.groups) == 2 and self.groups[0] != self.groups[1], "groups",
@@ -72,6 +78,7 @@ class ClusterSpec:
     name: str
     groups: tuple[GroupSpec, ...]
     bridges: tuple[BridgeSpec, ...] = ()
+    sources: tuple[tuple[str, str], ...] = ()   # (key, citation) of the file's `sources:` (link curves cite them)
 
     def __post_init__(self) -> None:
         require(len(self.groups) >= 1, "groups", "needs at least one group")
