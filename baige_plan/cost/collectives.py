@@ -28,6 +28,7 @@ With no curve every function below is exactly the alpha-beta model.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -114,8 +115,15 @@ def _group_op_curves(group: GroupSpec, n: int, g: int, nodes: int, flat: bool, b
     docstring). NIC p2p curves are read with every device of a node sending at once: in SPMD training
     every device is in one group of each dimension and the groups of a dimension communicate together,
     so a node's devices share its NICs (what a per-device NIC figure assumes)."""
-    su, nic = scaleup_curves(group), nic_curves(group)
-    dpn = group.devices_per_node
+    return _op_curves(scaleup_curves(group), nic_curves(group), group.devices_per_node, n, g, nodes, flat, buckets,
+                      su_busbw)
+
+
+@functools.lru_cache(maxsize=8192)
+def _op_curves(su: LinkCurves | None, nic: LinkCurves | None, dpn: int, n: int, g: int, nodes: int, flat: bool,
+               buckets: int, su_busbw: float) -> tuple[OpCurve, ...]:
+    """`_group_op_curves` as a pure function of values (memoised: the search asks the same groups again
+    and again; the key is the curves' contents, so equal inputs give equal answers)."""
     out = []
     for op in (*COLLECTIVE_OPS, "p2p"):
         if nodes == 1:

@@ -176,7 +176,7 @@ def sweep_single(rows: list[tuple[float, float, float, float, float]], layers: i
 
 
 def _solve_template(model, cluster, job, t: Template, base: StrategySpec, memory_frac: float,
-                    time_limit_s: float, cache: dict | None = None) -> tuple[PipelinesSpec, str, float] | None:
+                    time_limit_s: float, cache: dict | None = None) -> tuple[PipelinesSpec, str, float, float] | None:
     try:
         return _solve_template_cp(model, cluster, job, t, base, memory_frac, time_limit_s, cache)
     except SpecError:
@@ -184,7 +184,8 @@ def _solve_template(model, cluster, job, t: Template, base: StrategySpec, memory
 
 
 def _solve_template_cp(model, cluster, job, t: Template, base: StrategySpec, memory_frac: float,
-                       time_limit_s: float, cache: dict | None = None) -> tuple[PipelinesSpec, str, float] | None:
+                       time_limit_s: float, cache: dict | None = None
+                       ) -> tuple[PipelinesSpec, str, float, float] | None:
     B = job.global_batch
     shapes_st = []
     for r, segs, kn in t.shapes:
@@ -222,7 +223,11 @@ def _solve_template_cp(model, cluster, job, t: Template, base: StrategySpec, mem
         for s_, n in zip(stages, counts, strict=True):
             out.append(StageSpec(s_.group, (start, start + n), s_.tp))
             start += n
-        return replace(p_base, shapes=(PipelineShape(r, B // units[0], tuple(out), kn),)), "OPTIMAL", 0.0
+        m1 = B // units[0]
+        t = [a * n + c for (a, c, *_), n in zip(coef[0], counts, strict=True)]
+        # the pipeline time of the linear model (a lower bound of the exact step: no DP sync or optimizer)
+        return replace(p_base, shapes=(PipelineShape(r, m1, tuple(out), kn),)), "OPTIMAL", 0.0, \
+            (m1 - 1) * max(t) + sum(t)
     # Batch window: around the split proportional to each shape's speed (sequences/s) at an even
     # layer split.
     speed = []
@@ -291,7 +296,7 @@ def _solve_template_cp(model, cluster, job, t: Template, base: StrategySpec, mem
     obj, bound = solver.ObjectiveValue(), solver.BestObjectiveBound()
     gap = 0.0 if obj <= 0 else max(0.0, (obj - bound) / obj)
     status = "OPTIMAL" if st == cp_model.OPTIMAL else "FEASIBLE"
-    return replace(p_base, shapes=tuple(shapes)), status, gap
+    return replace(p_base, shapes=tuple(shapes)), status, gap, 0.0   # no bound used for several shapes
 
 
 def polish(model, cluster, job, p: PipelinesSpec, memory_frac: float,
@@ -490,15 +495,24 @@ def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySp
     n_temps = len(pending)
     per = min(CP_SAT_MAX_PER_TEMPLATE, 0.5 * time_limit_s / max(1, n_temps))
     cache: dict = {}
+    solved = []
     for t, v in pending:
         sol = _solve_template(model, cluster, job, t, v, memory_frac, per, cache)
         solves += 1
-        if sol is None:
-            continue
-        p, status, gap = sol
+        if sol is not None:
+            solved.append((sol[3], f"{t.label()} recompute {v.recompute}", sol))
+    # exact estimates, most promising first; a solution whose linear pipeline time (a lower bound of its
+    # exact step) is beyond the polish window of the best exact step so far can neither win nor be polished
+    solved.sort(key=lambda x: (x[0], x[1]))
+    best_exact = math.inf
+    for t_lin, label, (p, status, gap, _) in solved:
+        if t_lin > best_exact * POLISH_WITHIN:
+            break
         e = _exact(model, cluster, job, p, memory_frac, cache)
         if e is not None:
-            results.append((e.step_time_s, f"{t.label()} recompute {v.recompute}", p, e, status, gap))
+            results.append((e.step_time_s, label, p, e, status, gap))
+            if _runtime_ok(cluster, model, p, []):
+                best_exact = min(best_exact, e.step_time_s)
     # keep to what the runtime runs (e.g. FlagScale: one pipeline, no cp/vpp in hetero mode)
     refused: list[str] = []
     results = [r for r in results if _runtime_ok(cluster, model, r[2], refused)]
