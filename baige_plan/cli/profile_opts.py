@@ -42,7 +42,7 @@ def apply_profiles(cluster: ClusterSpec, files: list[Path] | None, model: ModelS
         if p.precision != job.precision:
             raise InputError(src, "precision", f"profile measured precision {p.precision}, the job has --precision "
                              f"{job.precision}")
-        hits = [i for i, g in enumerate(groups) if p.chip in (g.chip.id, g.chip_ref)]
+        hits = [i for i, g in enumerate(groups) if p.fits_chip(g.chip.id, g.chip_ref)]
         if not hits:
             chips = ", ".join(sorted({g.chip.id for g in groups}))
             raise InputError(src, "chip", f"profile measured on {p.chip!r} matches no group of {cluster.name!r} "

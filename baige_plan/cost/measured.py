@@ -47,8 +47,8 @@ def profiled_model(model: ModelSpec) -> ProfiledModel:
 
 
 def weight_bytes(precision: str) -> int:
-    """Bytes of a parameter as the layer holds it (16-bit for mixed precision, 4 for fp32)."""
-    return 4 if precision == "fp32" else 2
+    """Bytes of a parameter as the layer holds it (16-bit for mixed precision, 4 for fp32/tf32)."""
+    return 4 if precision in ("fp32", "tf32") else 2
 
 
 def _strategy(tp: int, mb: int, recompute: str, sp: bool, attention: str, knobs: dict | None = None) -> StrategySpec:

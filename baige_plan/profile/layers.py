@@ -8,8 +8,8 @@ Method (as the profilers of Metis, Sailor and AMP): one transformer layer of the
 plain PyTorch -- pre-norm (RMSNorm for SwiGLU models, LayerNorm with biases otherwise), a fused QKV
 projection, causal scaled-dot-product attention (GQA; PyTorch's flash kernel), output projection,
 dropout on the two residual branches when the model has dropout, the MLP (SwiGLU or GeLU) -- in the
-job's precision (bf16/fp16 parameters and activations; fp32 with TF32 matrix math, the meaning of
-fp32 in the cost model). Tensor parallelism is emulated on one device by dividing heads, kv_heads
+job's precision (bf16/fp16 parameters and activations; fp32 with IEEE fp32 matmuls, tf32 with
+TF32 tensor-core matmuls, as the cost model means them). Tensor parallelism is emulated on one device by dividing heads, kv_heads
 and ffn_hidden by tp: the tp all-reduces are NOT measured and stay in the cost model. Each
 (tp, micro-batch, recompute) is timed with CUDA events after warm-up, forward and backward
 separately, the median of several iterations; gradients accumulate (as over micro-batches).
@@ -52,7 +52,7 @@ def _ints(text: str) -> tuple[int, ...]:
 
 
 def _dtype(torch, precision: str):
-    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[precision]
+    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "tf32": torch.float32}[precision]
 
 
 class _Timer:
@@ -201,7 +201,8 @@ def _measure_layer(torch, timer: _Timer, model, seq: int, dtype, tp: int, mb: in
 
 def _measure_optimizer(torch, timer: _Timer, params: list, precision: str, reps: int) -> float:
     """Seconds of a fused Adam step over fp32 master copies of `params` (+ the copy back to 16-bit)."""
-    master = [p.clone() if precision == "fp32" else p.float() for p in params]
+    full = precision in ("fp32", "tf32")
+    master = [p.clone() if full else p.float() for p in params]
     for mp in master:
         mp.grad = torch.randn_like(mp)
     try:
@@ -211,7 +212,7 @@ def _measure_optimizer(torch, timer: _Timer, params: list, precision: str, reps:
 
     def step():
         opt.step()
-        if precision != "fp32":   # the updated fp32 master weights back into the 16-bit parameters
+        if not full:   # the updated fp32 master weights back into the 16-bit parameters
             with torch.no_grad():
                 for p, mp in zip(params, master, strict=True):
                     p.copy_(mp)
@@ -277,11 +278,11 @@ def measure_profile(model, chip: str, seq: int, precision: str, tps: tuple[int, 
     if not torch.cuda.is_available():
         raise RuntimeError("no CUDA device: baige-plan profile --model measures on a local GPU")
     dev = torch.device("cuda:0")
-    if precision == "fp32":
-        torch.backends.cuda.matmul.allow_tf32 = True   # fp32 = TF32 matrix math in the cost model
-        torch.backends.cudnn.allow_tf32 = True
-    if precision not in ("bf16", "fp16", "fp32"):
-        raise RuntimeError(f"precision {precision} is not measured by this profiler (bf16, fp16, fp32)")
+    if precision not in ("bf16", "fp16", "fp32", "tf32"):
+        raise RuntimeError(f"precision {precision} is not measured by this profiler (bf16, fp16, fp32, tf32)")
+    # fp32: IEEE fp32 matmuls (PyTorch's default); tf32: fp32 storage, TF32 tensor-core matmuls
+    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+    torch.backends.cudnn.allow_tf32 = precision == "tf32"
     torch.manual_seed(0)
     entries = []
     for tp in tps:
@@ -297,7 +298,8 @@ def measure_profile(model, chip: str, seq: int, precision: str, tps: tuple[int, 
             "notes": (f"{NOTE_TP}; plain PyTorch eager layer (no fused kernels), flash SDPA, median of {reps} "
                       "iterations after 3 warm-ups, CUDA events; activation bytes = torch.cuda.memory_allocated "
                       "delta over the forward; optimizer = fused torch.optim.Adam on fp32 master copies"
-                      + ("; fp32 with TF32 matmuls" if precision == "fp32" else ""))}
+                      + {"tf32": "; fp32 storage, TF32 matmuls (allow_tf32)",
+                         "fp32": "; IEEE fp32 matmuls (allow_tf32 off)"}.get(precision, ""))}
     from baige_plan.cost.measured import profiled_model
     from baige_plan.io.profiles import profile_from_dict, profile_to_dict
     pm = profiled_model(model)

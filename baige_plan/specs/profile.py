@@ -21,9 +21,9 @@ import math
 from dataclasses import dataclass, field
 
 from baige_plan.errors import SpecError, require
+from baige_plan.specs.job import PRECISIONS
 
 SCHEMA = "baige-plan/profile/v1"
-PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
 RECOMPUTE = ("none", "selective", "full")
 ATTENTION = ("flash", "standard")
 EXECUTION = ("fused", "eager")
@@ -247,6 +247,11 @@ class ProfileSpec:
                 or (self.execution is not None and s.execution != self.execution) or not self.model.matches(model)):
             return None
         return self.entry(s.tp, s.micro_batch, s.recompute, bool(s.sequence_parallel))
+
+    def fits_chip(self, chip_id: str, chip_ref: str | None = None) -> bool:
+        """Measured on this chip: its catalog id (or the reference it was given by), or its profiled
+        variant (`baige-plan profile` writes `<id>-profiled` chip files of the same hardware)."""
+        return self.chip in (chip_id, chip_ref) or chip_id == f"{self.chip}-profiled"
 
     @property
     def source_label(self) -> str:
