@@ -18,6 +18,7 @@ strategy).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from itertools import combinations, permutations, product
 
@@ -222,8 +223,23 @@ def segment_orders(counts: dict[str, int], names: list[str]) -> list[tuple[tuple
     return uniq
 
 
+def _states_may_fit(model: ModelSpec, groups: list[GroupSpec], tp: dict[str, int], stages: int, r: int,
+                    memory_frac: float) -> bool:
+    """Necessary condition for a spanning pipeline of `stages` stages and r replicas: the model states
+    of an average stage, P/(stages·tp) parameters at >= 2 B (16-bit weights) + 2 B (16-bit grads) +
+    12/r B (fp32 master and Adam m, v sharded over the r replicas: ZeRO-1, Rajbhandari 2020 Sec. 3),
+    fit the largest device. Activations are ignored, so this never drops a plan that fits; it only
+    skips replica counts whose pipelines are far too short for the model."""
+    from baige_plan.cost.params import total_params
+
+    per_param = 4 + 12 / r
+    cap = max(g.chip.need("memory_gib") for g in groups) * memory_frac * 2**30
+    need = total_params(model) / (stages * min(tp[g.name] for g in groups)) * per_param
+    return need <= cap
+
+
 def spanning_templates(model: ModelSpec, job: JobSpec, groups: list[GroupSpec], tp_pref: dict[str, list[int]],
-                       base: StrategySpec, lim: Limits) -> list[Template]:
+                       base: StrategySpec, lim: Limits, memory_frac: float = 0.9) -> list[Template]:
     """One pipeline over all `groups` (family (2) above)."""
     temps: list[Template] = []
     if len(groups) < 2:
@@ -241,7 +257,8 @@ def spanning_templates(model: ModelSpec, job: JobSpec, groups: list[GroupSpec], 
         batch_r = {r for r in _divisors_upto(job.global_batch, min(units.values())) if r not in exact_r}
         rs = [r for r in exact_r | batch_r
               if 2 <= sum(units[n] // r for n in names) <= model.layers
-              and lim.pp_ok(sum(units[n] // r for n in names))]
+              and lim.pp_ok(sum(units[n] // r for n in names))
+              and _states_may_fit(model, groups, tp, sum(units[n] // r for n in names), r, memory_frac)]
         rs.sort(key=lambda r: (-r, r not in exact_r))
         for r in rs[:MAX_SPANNING_REPLICAS]:
             counts = {n: units[n] // r for n in names}
@@ -291,14 +308,17 @@ def templates(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: Strate
                 temps.append(Template(tuple((dp, ((g.name, tp, pp),), kn)
                                             for g, (tp, pp, dp, kn) in zip(subset, combo, strict=True))))
     groups = [g for g in cluster.groups if runs_on(g, job) and tp_options(model, g, lim)]
-    # tp per group: its best single-group plans' tp values first, then the other options
+    # tp per group in a spanning pipeline: the tp of the group's best single-group plan, then the closest
+    # to that plan's model-parallel width (tp x cp) -- the heterogeneous runtime has no cp across groups,
+    # so a plan that needed cp 16 alone needs the widest tp here (ties: the wider tp)
     tp_pref = {}
     for g in groups:
-        pref = []
-        for tp, *_ in best[g.name]:
-            if tp not in pref:
-                pref.append(tp)
-        tp_pref[g.name] = pref + [t for t in tp_options(model, g, lim) if t not in pref]
-    temps += spanning_templates(model, job, groups, tp_pref, base, lim)
+        opts = tp_options(model, g, lim)
+        width = (best[g.name][0][0] * (best[g.name][0][3].cp or 1)) if best[g.name] else 1
+        width = min(width, max(opts))
+        by_width = sorted(opts, key=lambda t: (abs(math.log2(t) - math.log2(width)), -t))
+        first = [best[g.name][0][0]] if best[g.name] and best[g.name][0][0] in opts else []
+        tp_pref[g.name] = first + [t for t in by_width if t not in first]
+    temps += spanning_templates(model, job, groups, tp_pref, base, lim, memory_frac)
     uniq = sorted(set(temps), key=lambda t: t.label())
     return uniq, standalone
