@@ -1,11 +1,11 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install test lint bench validate test-integration
+.PHONY: install test lint bench validate test-integration fuzz
 
 install:
 	python3 -m venv $(VENV)
-	$(VENV)/bin/pip install -q -e '.[dev]'
+	$(VENV)/bin/pip install -q -e '.[dev,plot]'
 
 test:
 	$(PY) -m pytest -q
@@ -21,3 +21,7 @@ validate:
 
 test-integration:
 	bash tests/integration/run.sh
+
+# the whole input fuzzer (tests/fuzz/; a sample runs in `make test`): FUZZ_ARGS="--seed 1 --n 5000"
+fuzz:
+	$(PY) tests/fuzz/run_fuzz.py $(FUZZ_ARGS)

@@ -127,16 +127,43 @@ def test_uneven_with_vpp_divisible_keeps_flags():
 
 
 def test_uneven_with_vpp_not_divisible_uses_layout_with_caveat():
-    doc = plan_doc(LLAMA3_405B, tp=8, pp=8, dp=2, m=16, vpp=2, counts=[15] + [16] * 6 + [15], nodes=16)
+    # 126 = 13 + 6 x 16 + 17 with vpp 2: 13 and 17 are odd, and no embedding/loss accounting builds it
+    doc = plan_doc(LLAMA3_405B, tp=8, pp=8, dp=2, m=16, vpp=2, counts=[13] + [16] * 6 + [17], nodes=16)
     a = args_of(doc)
     assert "--num-virtual-stages-per-pipeline-rank" not in a      # validate_args: one of the two
     assert "--decoder-first-pipeline-num-layers" not in a
+    assert "--account-for-embedding-in-pipeline-split" not in a
     layout = a["--pipeline-model-parallel-layout"]
     stages = layout.split("|")
-    assert len(stages) == 16 and stages[0] == "Et*8" and stages[8] == "t*7" and stages[-1] == "t*7L"
+    assert len(stages) == 16 and stages[0] == "Et*7" and stages[8] == "t*6" and stages[-1] == "t*8L"
     caveats = files(doc)[1]
-    assert any("not divisible by vpp" in c for c in caveats)
+    assert any("no first/last or embedding/loss accounting rule" in c for c in caveats)
     assert "# cannot express: layer split" in files(doc)[0]["megatron_args.txt"]
+
+
+def test_uneven_interleaved_counts_use_the_accounting_flags():
+    # 126 layers, pp 8: 15 + 6 x 16 + 15 is Megatron's --account-for-embedding/loss-in-pipeline-split rule
+    # ((126 + 2) / 8 = 16 per stage, one fewer on the first and last): with vpp 8 (Megatron-Bridge's
+    # Llama 3.1 405B H100 recipe) first/last 15 cannot interleave (15 % 8), the accounting flags can
+    for account in ({"account_for_embedding": True, "account_for_loss": True}, {}):
+        doc = plan_doc(LLAMA3_405B, tp=8, pp=8, cp=2, dp=4, m=192, vpp=8, counts=[15] + [16] * 6 + [15],
+                       nodes=64, **account)
+        a = args_of(doc)
+        assert a["--num-virtual-stages-per-pipeline-rank"] == "8"
+        assert "--account-for-embedding-in-pipeline-split" in a and "--account-for-loss-in-pipeline-split" in a
+        for flag in ("--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
+                     "--pipeline-model-parallel-layout"):
+            assert flag not in a
+        assert files(doc)[1] == ()
+    # the plan's flags win where first/last would also build the counts (vpp 1)
+    doc = plan_doc(LLAMA3_405B, tp=8, pp=8, dp=2, m=16, counts=[15] + [16] * 6 + [15], nodes=16,
+                   account_for_embedding=True, account_for_loss=True)
+    a = args_of(doc)
+    assert "--account-for-loss-in-pipeline-split" in a and "--decoder-first-pipeline-num-layers" not in a
+    # embedding only: 127 + 1 = 128 = 8 x 16, the first stage one fewer (first=15 cannot interleave with vpp 4)
+    a = args_of(plan_doc(dict(LLAMA3_405B, layers=127), tp=8, pp=8, dp=2, m=16, vpp=4, counts=[15] + [16] * 7,
+                         nodes=16))
+    assert "--account-for-embedding-in-pipeline-split" in a and "--account-for-loss-in-pipeline-split" not in a
 
 
 def test_free_form_split_is_a_layout_not_a_caveat():
@@ -220,7 +247,7 @@ def test_launch_sh_world_and_env_defaults():
 
 def test_launch_sh_runs_and_passes_the_arguments(tmp_path):
     """bash runs launch.sh with a stand-in torchrun: it gets exactly megatron_args.txt's arguments."""
-    doc = plan_doc(LLAMA3_405B, tp=8, pp=8, dp=2, m=16, vpp=2, counts=[15] + [16] * 6 + [15], nodes=16)
+    doc = plan_doc(LLAMA3_405B, tp=8, pp=8, dp=2, m=16, vpp=2, counts=[13] + [16] * 6 + [17], nodes=16)
     f, _ = files(doc)
     for name, text in f.items():
         (tmp_path / name).write_text(text)

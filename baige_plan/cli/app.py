@@ -18,19 +18,21 @@ from baige_plan.cli.export import export
 from baige_plan.cli.plan import plan
 from baige_plan.cli.profile import profile
 from baige_plan.cli.validate import validate
+from baige_plan.cli.values import CheckedCommand, OneLineGroup
+from baige_plan.cli.whatif import whatif
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+# OneLineGroup / CheckedCommand (cli/values.py): every number option checked once, by the same rule in
+# every command; usage errors are one line on stderr, exit 2
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, cls=OneLineGroup,
                   help="Plan parallel training of large models on big and mixed accelerator clusters.")
-app.command("evaluate")(evaluate)
-app.command("backtest")(backtest)
-app.command("catalog")(catalog)
-app.command("validate")(validate)
-app.command("plan")(plan)
-app.command("explain")(explain)
-app.command("check")(check)
-app.command("diff")(diff)
-app.command("export")(export)
-app.command("profile")(profile)
+for _name, _fn in (("evaluate", evaluate), ("backtest", backtest), ("catalog", catalog), ("validate", validate),
+                   ("plan", plan), ("explain", explain), ("check", check), ("diff", diff), ("export", export),
+                   ("profile", profile), ("whatif", whatif)):
+    app.command(_name, cls=CheckedCommand)(_fn)
+from baige_plan.cli.replan import replan  # noqa: E402
+
+app.command("replan", cls=CheckedCommand, help="Re-plan after losing nodes, a chip family or a bridge (or adding "
+            "nodes): keep ranks in place where throughput allows; report the change and the bytes to move.")(replan)
 
 
 def _version(value: bool) -> None:

@@ -1,54 +1,127 @@
-"""`baige-plan backtest RUNS_FILE`: measured vs predicted step time and memory, with a summary."""
+"""`baige-plan backtest RUNS_FILE...`: measured vs predicted step time and memory, with a summary per
+set (file): error median / p90 / max, the share of runs evaluated, and a ranking check. With
+--fail-above-median / --fail-above-p90 it is a CI gate (exit 3 when a set exceeds a limit)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from baige_plan.cli.common import CatalogOpt, fail_input
+from baige_plan.cli.common import CatalogOpt, err, fail_input
 from baige_plan.errors import InputError
-from baige_plan.io.backtest import backtest_file
+from baige_plan.io.backtest import backtest_files, gate
 from baige_plan.io.catalog import Catalog
 from baige_plan.io.serialize import to_json
 
 
+def _pct_opt(name: str, text: str | None) -> float | None:
+    """A percent limit (a string option, parsed and checked here: a finite number >= 0), or None."""
+    if text is None:
+        return None
+    try:
+        v = float(text)
+    except ValueError:
+        v = math.nan
+    if not (math.isfinite(v) and 0 <= v <= 1e6):
+        fail_input(InputError(name, "", f"must be a finite number of percent from 0 to 1e6, got {text!r}"))
+    return v
+
+
 def backtest(
-    runs: Path = typer.Argument(..., help="Runs YAML (schema of published_calibration.yaml / benchmarks/real)."),
+    runs: list[Path] = typer.Argument(..., help="Runs YAML file(s) (schema of published_calibration.yaml / "
+                                      "benchmarks/real); each file is one set in the summary."),
     fmt: str = typer.Option("table", "--format", help="table | json"),
     catalog: list[str] = CatalogOpt,
+    plot: Path = typer.Option(None, "--plot", help="Also draw predicted vs measured step time (y = x, ±10 % band, "
+                              "labelled points) into this .svg or .png file (needs the optional plot extra: "
+                              "pip install 'baige-plan[plot]')."),
+    fail_median: str = typer.Option(None, "--fail-above-median", metavar="PCT",
+                                      help="Exit 3 when a set's median |step-time error| exceeds PCT percent."),
+    fail_p90: str = typer.Option(None, "--fail-above-p90", metavar="PCT",
+                                   help="Exit 3 when a set's p90 |step-time error| exceeds PCT percent."),
 ) -> None:
     """Evaluate each measured run with the cost model and report the error (the golden table)."""
     if fmt not in ("table", "json"):
         fail_input(InputError("--format", "", f"must be table or json, got {fmt!r}"))
+    median_lim = _pct_opt("--fail-above-median", fail_median)
+    p90_lim = _pct_opt("--fail-above-p90", fail_p90)
     try:
-        doc = backtest_file(runs, Catalog.create(catalog or []))
+        doc = backtest_files(list(runs), Catalog.create(catalog or []))
     except InputError as e:
         fail_input(e)
+    label = ", ".join(str(p) for p in runs)
+    if plot is not None:
+        from baige_plan.io.pictures import write_backtest_plot
+        try:
+            write_backtest_plot(doc, plot, f"backtest: {label}")
+        except InputError as e:
+            fail_input(e)
     if fmt == "json":
         typer.echo(to_json(doc), nl=False)
-        return
-    t = Table(title=f"backtest: {runs}", title_justify="left")
+    else:
+        _print_tables(doc, label)
+    problems = gate(doc, median_lim, p90_lim)
+    for p in problems:
+        err(f"backtest gate: {p}")
+    if problems:
+        raise typer.Exit(3)
+
+
+def _print_tables(doc: dict, label: str) -> None:
+    t = Table(title=f"backtest: {label}", title_justify="left")
     for col in ("run", "strategy", "measured s", "predicted s", "error", "meas. GiB", "pred. GiB"):
         t.add_column(col, justify="left" if col in ("run", "strategy") else "right")
     for r in doc["rows"]:
-        err = r["step_time_error"]
+        err_ = r["step_time_error"]
         mem_m = r.get("measured_peak_memory_gib") or r.get("measured_activations_gib")
         mem_p = r["predicted_peak_memory_gib"] if r.get("measured_peak_memory_gib") else r.get("predicted_activations_gib")
         t.add_row(r["id"], r["strategy"], f"{r['measured_step_time_s']:.4g}" if r["measured_step_time_s"] else "-",
-                  f"{r['predicted_step_time_s']:.4g}", f"{err:+.1%}" if err is not None else "-",
+                  f"{r['predicted_step_time_s']:.4g}", f"{err_:+.1%}" if err_ is not None else "-",
                   f"{mem_m:.2f}" if mem_m else "-", f"{mem_p:.2f}" if mem_m else "-")
-    s = doc["summary"]
     console = Console(width=max(Console().width, 140))
     console.print(t)
+    sets = doc.get("sets") or [{"file": label, "summary": doc["summary"]}]
+    for st in sets + ([{"file": "all sets", "summary": doc["summary"]}] if len(sets) > 1 else []):
+        _print_summary(console, st["file"], st["summary"])
+    console.print("(memory columns: activations for the Korthikanti rows, the measured run's peak otherwise -- "
+                  "allocated, or reserved where the source logs that (results.peak_memory_kind, e.g. torchtitan); "
+                  "step times derived from TFLOP/s where the source gives no time; ranking by step time per "
+                  "sequence of the global batch)")
+
+
+def _print_summary(console: Console, name: str, s: dict) -> None:
+    console.print(f"[bold]{name}[/bold]: {s['evaluated_rows']} of {s['runs_total']} runs evaluated "
+                  f"({s['evaluated_share']:.0%}); refused {s['refused_rows']}, predicted not to fit "
+                  f"{s['does_not_fit_rows']}")
+    for r in s["refused"]:
+        console.print(f"  refused: {r['id']}: {r['field']}: {r['reason']}")
+    if s["does_not_fit"]:
+        console.print(f"  predicted not to fit: {', '.join(map(str, s['does_not_fit']))}")
     if "median_abs_step_time_error" in s:
         console.print(f"step time over {s['step_time_rows']} runs: median |error| {s['median_abs_step_time_error']:.1%}, "
                       f"p90 {s['p90_abs_step_time_error']:.1%}, max {s['max_abs_step_time_error']:.1%}, "
                       f"mean signed {s['mean_signed_step_time_error']:+.1%}")
     if "median_abs_memory_error" in s:
         console.print(f"peak memory over {s['memory_rows']} runs: median |error| {s['median_abs_memory_error']:.1%}, "
-                      f"max {s['max_abs_memory_error']:.1%}")
-    console.print("(memory columns: activations for the Korthikanti rows, allocated peak for measured runs; "
-                  "step times derived from TFLOP/s where the source gives no time)")
+                      f"p90 {s['p90_abs_memory_error']:.1%}, max {s['max_abs_memory_error']:.1%}")
+    if "median_abs_reserved_memory_error" in s:
+        console.print(f"reserved memory over {s['reserved_memory_rows']} runs: median |error| "
+                      f"{s['median_abs_reserved_memory_error']:.1%}, max {s['max_abs_reserved_memory_error']:.1%}")
+    rk = s["ranking"]
+    if not rk["groups"]:
+        return
+    console.print(f"ranking over {rk['group_count']} groups ({rk['pairs']} pairs): Kendall tau {rk['kendall_tau']:+.2f}, "
+                  f"{rk['discordant']} discordant pairs, predicted best = measured best in "
+                  f"{rk['groups_with_best_picked']}/{rk['group_count']}, regret median {rk['median_regret']:.1%}, "
+                  f"max {rk['max_regret']:.1%}")
+    t = Table(title_justify="left")
+    for col in ("group", "runs", "tau", "discordant", "predicted best", "measured best", "regret"):
+        t.add_column(col, justify="left" if col in ("group", "predicted best", "measured best") else "right")
+    for g in rk["groups"]:
+        t.add_row(g["group"], str(g["runs"]), f"{g['kendall_tau']:+.2f}", f"{g['discordant']}/{g['pairs']}",
+                  str(g["predicted_best"]), str(g["measured_best"]), f"{g['regret']:.1%}")
+    console.print(t)

@@ -21,6 +21,7 @@ from baige_plan.cli.common import (
 )
 from baige_plan.cli.profile_opts import ProfileOpt, apply_profiles, report_sources
 from baige_plan.cli.runtime_opts import pick_runtime
+from baige_plan.cli.values import plan_file
 from baige_plan.cost.estimate import estimate
 from baige_plan.errors import InputError, SpecError
 from baige_plan.io.catalog import Catalog
@@ -33,7 +34,8 @@ from baige_plan.specs.strategy import StrategySpec, infer_dp
 def evaluate(
     model: str = typer.Argument(None, help="Built-in model name, model YAML, or Hugging Face config.json."),
     cluster: str = typer.Argument(None, help="Built-in topology, topology YAML, or CHIP:NODESxDEVICES[+...]."),
-    plan: Path = typer.Option(None, "--plan", help="Re-estimate this plan file as written."),
+    plan: Path = typer.Option(None, "--plan", help="Re-estimate this plan file as written.",
+                             callback=plan_file),
     global_batch: int = typer.Option(None, "--global-batch", help="Sequences per optimizer step "
                                      "[default: dp x micro-batch x 4 x pp]."),
     seq_len: int = typer.Option(None, "--seq-len", help="Sequence length [default: the model's]."),
@@ -56,9 +58,22 @@ def evaluate(
                                         help="fused (Megatron/TE kernels) or eager (PyTorch eager + autocast) "
                                         "[default: the runtime's]."),
     runtime: Runtime = RuntimeOpt,
-    first_stage_layers: int = typer.Option(None, "--first-stage-layers", help="Uneven pipeline split."),
-    last_stage_layers: int = typer.Option(None, "--last-stage-layers", help="Uneven pipeline split."),
-    max_memory_frac: float = typer.Option(1.0, "--max-memory-frac", help="Fraction of device memory allowed."),
+    first_stage_layers: int = typer.Option(None, "--first-stage-layers",
+                                           help="Uneven pipeline split: transformer layers of the first stage "
+                                           "(Megatron --decoder-first-pipeline-num-layers; a multiple of --vpp)."),
+    last_stage_layers: int = typer.Option(None, "--last-stage-layers",
+                                          help="Uneven pipeline split: transformer layers of the last stage "
+                                          "(Megatron --decoder-last-pipeline-num-layers; a multiple of --vpp)."),
+    account_for_embedding: bool = typer.Option(False, "--account-for-embedding/--no-account-for-embedding",
+                                               help="Count the embedding as one pipeline layer of the first stage "
+                                               "(Megatron --account-for-embedding-in-pipeline-split)."),
+    account_for_loss: bool = typer.Option(False, "--account-for-loss/--no-account-for-loss",
+                                          help="Count the output layer and loss as one pipeline layer of the last "
+                                          "stage (Megatron --account-for-loss-in-pipeline-split)."),
+    max_memory_frac: float = typer.Option(1.0, "--max-memory-frac",
+                                          help="Fraction of device memory the strategy may use (fits: peak <= "
+                                          "capacity x F; the output states F and the margin; `plan` defaults "
+                                          "to 0.9)."),
     fmt: Fmt = typer.Option(Fmt.table, "--format"),
     catalog: list[str] = CatalogOpt,
     profile: list[Path] = ProfileOpt,
@@ -92,7 +107,8 @@ def evaluate(
         cl = apply_profiles(cl, profile, m, job)
         s = StrategySpec(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, zero=zero, micro_batch=micro_batch, vpp=vpp,
                          recompute=recompute.value, sequence_parallel=sequence_parallel, attention=attention.value,
-                         first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers)
+                         first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
+                         account_for_embedding=account_for_embedding, account_for_loss=account_for_loss)
         s = pick_runtime(s, m, job, runtime)
         if execution is not None:
             s = s.with_(execution=execution.value)

@@ -7,34 +7,59 @@ from pathlib import Path
 import typer
 
 from baige_plan.cli.common import CatalogOpt, fail_input
+from baige_plan.cli.values import plan_file
 from baige_plan.errors import InputError
 
 
-def explain(plan: Path = typer.Argument(..., help="A plan file written by `baige-plan plan --out`."),
-            catalog: list[str] = CatalogOpt) -> None:
+def explain(plan: Path = typer.Argument(..., help="A plan file written by `baige-plan plan --out`.",
+                                        callback=plan_file),
+            catalog: list[str] = CatalogOpt,
+            svg: Path = typer.Option(None, "--svg", help="Also draw the plan into this .svg file: pipeline schedule, "
+                                     "placement, memory per stage (needs the optional plot extra: "
+                                     "pip install 'baige-plan[plot]')."),
+            png: Path = typer.Option(None, "--png", help="The same picture as a .png file.")) -> None:
     """Per-stage breakdown, memory by kind against capacity, the bottleneck, and the runners-up."""
-    from baige_plan.io.plans import estimate_plan, read_plan
+    from baige_plan.io.plans import estimate_plan_full, read_plan
     from baige_plan.io.render_plans import explain_tables, print_tables, runners_table
     from baige_plan.io.serialize import estimate_dict
 
     try:
         doc = read_plan(plan)
-        e, model, cluster, job = estimate_plan(doc, str(plan))
+        e, model, cluster, job, pspec = estimate_plan_full(doc, str(plan))
     except InputError as ex:
         fail_input(ex)
     stages = [{"index": st.index, "layers": st.layers, "time_s": st.time_s, "compute_s": st.compute_s,
                "tp_s": st.tp_s, "cp_s": st.cp_s, "ep_s": st.ep_s, "pp_s": st.pp_s, "memory_gib": st.memory_gib}
               for st in e.stages]
+    if not cluster.is_heterogeneous and e.strategy.vpp > 1:   # layers per model chunk (specs/strategy.py)
+        from baige_plan.errors import SpecError
+        from baige_plan.specs.strategy import chunk_layers
+        try:
+            for x, c in zip(stages, chunk_layers(e.strategy, model.layers), strict=True):
+                x["chunks"] = c
+        except SpecError:
+            pass
     view = dict(doc, estimate=estimate_dict(e))
     title = f"{model.name} on {cluster.name} (global batch {job.global_batch}, seq {job.seq_len}, {job.precision})"
+    if svg is not None or png is not None:
+        from baige_plan.io.pictures import write_plan_pictures
+        try:
+            write_plan_pictures(doc, e, cluster, title, svg=svg, png=png)
+        except InputError as ex:
+            fail_input(ex)
     tables = explain_tables(view, stages, title)
     runners = (doc.get("search") or {}).get("runners_up") or []
     if runners:
         tables.append(runners_table(view, runners))
-    if cluster.is_heterogeneous:
+    if cluster.is_heterogeneous and pspec is not None:
+        from baige_plan.io.hetero_plans import hetero_estimate_dict, hetero_pipelines_doc
         from baige_plan.io.render_plans import hetero_tables
-        # the stored estimate carries the heterogeneous efficiency, shapes and bridge traffic
-        tables = hetero_tables(dict(doc, estimate={**doc["estimate"], **view["estimate"]}), title) + tables[1:]
+        from baige_plan.search.hetero import standalone_throughputs
+        # the plan as written, as `evaluate --plan` re-estimates it (io/plans.evaluate_plan_file): heterogeneous
+        # efficiency, shapes and bridge traffic recomputed, never the numbers stored in a (hand-edited) file
+        frac = float((doc.get("search") or {}).get("max_memory_frac", 1.0))
+        est = hetero_estimate_dict(e, pspec, standalone_throughputs(model, cluster, job, frac))
+        tables = hetero_tables(dict(doc, estimate=est, pipelines=hetero_pipelines_doc(pspec, e)), title) + tables[1:]
     print_tables(tables)
     typer.echo(_sentence(view["estimate"], runners))
 

@@ -8,14 +8,16 @@ from pathlib import Path
 import typer
 
 from baige_plan.cli.common import CatalogOpt, fail_input, note, write_atomic
+from baige_plan.cli.values import out_dir_option, plan_file
 from baige_plan.runtimes import NAMES
 
 Target = Enum("Target", {n: n for n in NAMES + ("hostfile",)}, type=str)
 
 
-def export(plan: Path = typer.Argument(..., help="A plan file."),
+def export(plan: Path = typer.Argument(..., help="A plan file.", callback=plan_file),
            to: Target = typer.Option(None, "--to", help="Target runtime [default: the plan's runtime]."),
-           out_dir: Path = typer.Option(None, "--out-dir", help="Write every launch file (config, arguments, "
+           out_dir: Path = typer.Option(None, "--out-dir", callback=out_dir_option,
+                                        help="Write every launch file (config, arguments, "
                                         "launch script, hostfile) into this folder."),
            catalog: list[str] = CatalogOpt) -> None:
     """Print the plan as the target runtime's arguments or config (the first launch file); what it cannot

@@ -30,7 +30,9 @@ RUNNERS_UP = 4   # runners-up stored in a plan file for `explain`
 
 
 class Objective(str, Enum):
-    throughput = "throughput"
+    throughput = "throughput"   # fastest step (today's ranking)
+    time = "time"               # time to train --tokens: the same ranking on a given cluster, reported
+    cost = "cost"               # money to train --tokens: devices used x price x hours (cost/money.py)
 
 
 def plan(
@@ -49,7 +51,14 @@ def plan(
     max_cp: int = typer.Option(None, "--max-cp"),
     max_micro_batch: int = typer.Option(16, "--max-micro-batch"),
     max_memory_frac: float = typer.Option(0.9, "--max-memory-frac", help="Fraction of device memory a plan may use."),
-    objective: Objective = typer.Option(Objective.throughput, "--objective"),
+    objective: Objective = typer.Option(Objective.throughput, "--objective",
+                                        help="throughput (fastest step), time (to train --tokens) or cost (USD to "
+                                        "train --tokens: devices used x price per device-hour x hours; idle "
+                                        "devices are not paid)."),
+    tokens: float = typer.Option(None, "--tokens", help="Tokens to train: report time and cost to train them "
+                                 "(needed by --objective time|cost), e.g. 3e11."),
+    price: list[str] = typer.Option(None, "--price", help="CHIP=USD per device-hour (a chip id or a group name), "
+                                    "repeatable; overrides the topology's and the chip file's price."),
     runtime: Runtime = RuntimeOpt,
     tp: int = typer.Option(None, "--tp", help="Pin tensor parallel size."),
     pp: int = typer.Option(None, "--pp"),
@@ -60,6 +69,16 @@ def plan(
     zero: int = typer.Option(None, "--zero", min=0, max=3),
     micro_batch: int = typer.Option(None, "--micro-batch"),
     vpp: int = typer.Option(None, "--vpp"),
+    first_stage_layers: int = typer.Option(None, "--first-stage-layers",
+                                           help="Pin the first stage's transformer layers (uneven split)."),
+    last_stage_layers: int = typer.Option(None, "--last-stage-layers",
+                                          help="Pin the last stage's transformer layers (uneven split)."),
+    account_for_embedding: bool = typer.Option(None, "--account-for-embedding/--no-account-for-embedding",
+                                               help="Pin: count the embedding as a pipeline layer (Megatron).",
+                                               show_default=False),
+    account_for_loss: bool = typer.Option(None, "--account-for-loss/--no-account-for-loss",
+                                          help="Pin: count the output layer and loss as a pipeline layer (Megatron).",
+                                          show_default=False),
     recompute: Recompute = typer.Option(None, "--recompute"),
     sequence_parallel: bool = typer.Option(None, "--sequence-parallel/--no-sequence-parallel"),
     attention: Attention = typer.Option(Attention.flash, "--attention"),
@@ -83,15 +102,33 @@ def plan(
             note(f"--global-batch not given: using one sequence per device = {global_batch}")
         job = JobSpec(global_batch=global_batch, seq_len=seq_len or m.seq_len, precision=precision.value)
         cl = apply_profiles(cl, profile, m, job)
+        # --objective / --tokens / --price (issue 12, cost/money.py)
+        from baige_plan.cost import money
+        if objective is not Objective.throughput and tokens is None:
+            raise InputError("--objective", objective.value, "needs --tokens N (the tokens to train)")
+        price_over = money.parse_price_options(price)
+        money.check_price_keys(cl, price_over)
+        prices = money.prices(cl, price_over)
+        if objective is Objective.cost:
+            money.require_prices(cl, prices)
         rt_name = resolve_runtime(runtime, cl.is_heterogeneous)
+        if (first_stage_layers or last_stage_layers) and (account_for_embedding or account_for_loss):
+            raise SpecError("--account-for-embedding", "cannot be combined with --first-stage-layers or "
+                            "--last-stage-layers (megatron-core refuses both: transformer_config.py)")
         check_pins_runtime(rt_name, job, zero=zero, vpp=vpp, cp=cp, ep=ep, etp=etp, pp=pp,
-                           recompute=recompute.value if recompute else None, sequence_parallel=sequence_parallel, tp=tp)
+                           recompute=recompute.value if recompute else None, sequence_parallel=sequence_parallel, tp=tp,
+                           uneven=bool(first_stage_layers or last_stage_layers) or None,
+                           account=bool(account_for_embedding or account_for_loss) or None)
         if cl.is_heterogeneous:
             # every option applies to every pipeline shape, or is refused: replicas differ per shape (--dp),
             # and the heterogeneous runtime runs no cp/ep/vpp across chip groups (runtimes/flagscale.py)
             refused = {k: v for k, v in (("--dp", dp), ("--cp", cp if cp != 1 else None),
                                           ("--ep", ep if ep != 1 else None), ("--etp", etp if etp != 1 else None),
-                                          ("--vpp", vpp if vpp != 1 else None)) if v is not None}
+                                          ("--vpp", vpp if vpp != 1 else None),
+                                          ("--first-stage-layers", first_stage_layers),
+                                          ("--last-stage-layers", last_stage_layers),
+                                          ("--account-for-embedding", account_for_embedding or None),
+                                          ("--account-for-loss", account_for_loss or None)) if v is not None}
             if refused:
                 raise InputError("plan", ", ".join(refused), "on a cluster of several groups each pipeline shape "
                                  "has its own replicas, and the heterogeneous runtime runs no cp, ep or vpp; pin "
@@ -105,13 +142,15 @@ def plan(
             plan_hetero(cat, m, cl, job, micro_batch=micro_batch, zero=zero, recompute=recompute,
                         sequence_parallel=sequence_parallel, attention=attention.value,
                         max_memory_frac=max_memory_frac, time_limit=time_limit, out=out, fmt=fmt, runtime=rt_name,
-                        lim=lim)
+                        lim=lim, objective=objective.value, tokens=tokens, prices=prices)
             return
         bounds = Bounds(max_tp=max_tp, max_pp=max_pp, max_cp=max_cp, max_micro_batch=max_micro_batch,
                         max_memory_frac=max_memory_frac, runtime=rt_name)
         pins = Pins(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, zero=zero, micro_batch=micro_batch, vpp=vpp,
                     recompute=recompute.value if recompute else None, sequence_parallel=sequence_parallel,
-                    attention=attention.value)
+                    attention=attention.value, first_stage_layers=first_stage_layers,
+                    last_stage_layers=last_stage_layers, account_for_embedding=account_for_embedding,
+                    account_for_loss=account_for_loss)
         progress = Progress()
         try:
             res = search(m, cl, job, bounds, pins, top=max(top, 1 + RUNNERS_UP) if out else top,
@@ -134,6 +173,8 @@ def plan(
         s0, g0 = res.plans[0].strategy, cl.groups[0]
         slots = placement(s0.tp, s0.cp, s0.dp, s0.pp, g0.name, g0.devices_per_node)
         doc = plan_doc(m, cl, job, res.plans[0], res, chip_docs, max_memory_frac, list(res.plans[1:]), slots)
+        if tokens is not None:
+            doc["estimate"]["training"] = _training(res.plans[0], cl, job, tokens, prices, objective)
         try:
             write_atomic(out, dumps(doc, format_for(out)))
         except InputError as ex:
@@ -142,9 +183,32 @@ def plan(
     shown = res.plans[:top]
     from dataclasses import replace
     doc = plans_doc(replace(res, plans=shown), cl.groups[0].name, max_memory_frac)
+    if tokens is not None:   # every plan of a homogeneous cluster runs on all its devices: cost ranks as time
+        for e, d in zip(shown, doc["plans"], strict=True):
+            d["training"] = _training(e, cl, job, tokens, prices, objective)
+        from baige_plan.cost.money import summary_line, training_cost
+        if objective is not Objective.throughput:
+            note(f"--objective {objective.value}: on one chip group every plan runs on all {cl.devices} devices, "
+                 "so it ranks as throughput does; the time and cost to train are reported")
+        note(summary_line(training_cost(tokens, job.global_batch, job.seq_len, shown[0].step_time_s,
+                                        {cl.groups[0].name: cl.devices}, {cl.groups[0].name: cl.devices}, prices)))
     if fmt is Fmt.table:
         title = (f"{m.name} on {cl.name} (global batch {job.global_batch}, seq {job.seq_len}, {job.precision}): "
                  f"{len(shown)} best of {res.candidates:,}")
-        print_tables([ranking_table(doc["plans"], title)])
+        tables = [ranking_table(doc["plans"], title)]
+        if tokens is not None:
+            from baige_plan.cli.whatif import training_table
+            tables.append(training_table([d["training"] for d in doc["plans"]], tokens))
+        print_tables(tables)
     else:
         typer.echo(dumps(doc, fmt.value), nl=False)
+
+
+def _training(e, cl, job: JobSpec, tokens: float, prices, objective: Objective) -> dict:
+    """The `training` key of a homogeneous plan: time and money to train `tokens` (cost/money.py)."""
+    from baige_plan.cost.money import training_cost, training_dict
+    from baige_plan.io.serialize import rnd
+
+    g = cl.groups[0].name
+    tc = training_cost(tokens, job.global_batch, job.seq_len, e.step_time_s, {g: cl.devices}, {g: cl.devices}, prices)
+    return training_dict(tc, objective.value, rnd)

@@ -18,7 +18,7 @@ from baige_plan.specs.topology import ClusterSpec
 def plan_hetero(cat, m: ModelSpec, cl: ClusterSpec, job: JobSpec, *, micro_batch: int | None, zero: int | None,
                 recompute: Recompute | None, sequence_parallel: bool | None, attention: str, max_memory_frac: float,
                 time_limit: float | None, out: Path | None, fmt: Fmt, runtime: str = "flagscale",
-                lim=None) -> None:
+                lim=None, objective: str = "throughput", tokens: float | None = None, prices=None) -> None:
     from baige_plan.io.hetero_plans import hetero_plan_doc, hetero_plans_doc
     from baige_plan.io.plans import chip_docs_from_catalog, dumps, format_for
     from baige_plan.io.render_plans import hetero_tables, print_tables
@@ -39,8 +39,18 @@ def plan_hetero(cat, m: ModelSpec, cl: ClusterSpec, job: JobSpec, *, micro_batch
             + "; ".join(f"group {n!r}: {f} unknown" for n, f in lacking.items()))
         raise typer.Exit(2)
     try:
-        r = solve(m, cl, job, base, memory_frac=max_memory_frac, time_limit_s=time_limit or 10.0,
-                  recompute_pinned=recompute is not None, lim=lim)
+        if objective == "cost":   # the cheapest group subset (search/whatif.py); idle devices are not paid
+            from baige_plan.search.whatif import cheapest_subset
+            r, tried = cheapest_subset(m, cl, job, base, memory_frac=max_memory_frac,
+                                       time_limit_s=time_limit or 10.0, recompute_pinned=recompute is not None,
+                                       lim=lim, price=prices, tokens=tokens)
+            for o in tried:
+                note(f"--objective cost: groups {'+'.join(o.groups)}: " + (
+                    f"{o.cost.hours:.4g} h, ${o.cost.usd:,.2f} on {o.cost.devices_paid} devices" if o.cost
+                    else f"no plan ({o.why})"))
+        else:
+            r = solve(m, cl, job, base, memory_frac=max_memory_frac, time_limit_s=time_limit or 10.0,
+                      recompute_pinned=recompute is not None, lim=lim)
         chip_docs = chip_docs_from_catalog(cat, cl) if out else {}
     except InputError as ex:
         fail_input(ex)
@@ -49,18 +59,35 @@ def plan_hetero(cat, m: ModelSpec, cl: ClusterSpec, job: JobSpec, *, micro_batch
         raise typer.Exit(1) from None
     note(f"solved {r.templates} pipeline templates with CP-SAT in {r.seconds:.2f} s: {r.status}"
          + (f", gap {r.gap:.2%}" if r.gap else ""))
+    training = None
+    if tokens is not None:   # time and money to train --tokens (cost/money.py)
+        from baige_plan.cost.money import summary_line, training_cost, training_dict
+        from baige_plan.io.serialize import rnd
+        tc = training_cost(tokens, job.global_batch, job.seq_len, r.estimate.step_time_s, r.pipelines.devices_by_group(),
+                           {g.name: g.devices for g in cl.groups}, prices)
+        training = training_dict(tc, objective, rnd)
+        note(summary_line(tc))
     if out is not None:
         try:
             from baige_plan.search.hetero_placement import hetero_placement
             slots = hetero_placement(r.pipelines, cl)
-            write_atomic(out, dumps(hetero_plan_doc(m, cl, job, r, chip_docs, max_memory_frac, slots), format_for(out)))
+            fdoc = hetero_plan_doc(m, cl, job, r, chip_docs, max_memory_frac, slots)
+            if training is not None:
+                fdoc["estimate"]["training"] = training
+            write_atomic(out, dumps(fdoc, format_for(out)))
         except InputError as ex:
             fail_input(ex)
         note(f"wrote {out}")
     doc = hetero_plans_doc(r, max_memory_frac)
+    if training is not None:
+        doc["plans"][0]["training"] = training
     if fmt is Fmt.table:
         title = f"{m.name} on {cl.name} (global batch {job.global_batch}, seq {job.seq_len}, {job.precision})"
         best = dict(doc["plans"][0])
-        print_tables(hetero_tables(best, title))
+        tables = hetero_tables(best, title)
+        if training is not None:
+            from baige_plan.cli.whatif import training_table
+            tables = [*tables, training_table([training], tokens)]
+        print_tables(tables)
     else:
         typer.echo(dumps(doc, fmt.value), nl=False)

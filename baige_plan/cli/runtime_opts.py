@@ -30,7 +30,8 @@ def check_pins_runtime(name: str, job: JobSpec, **pins) -> None:
     v = runtimes.get(name).violation(precision=job.precision, **pins)
     if v is not None:
         field, reason = v
-        flag = {"sequence_parallel": "--no-sequence-parallel", "pp": "--pp"}.get(field, "--" + field)
+        flag = {"sequence_parallel": "--no-sequence-parallel", "pp": "--pp",
+                "account_for": "--account-for-embedding/--account-for-loss"}.get(field, "--" + field)
         raise SpecError(flag, reason)
 
 

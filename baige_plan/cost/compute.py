@@ -21,6 +21,17 @@ before; aten/src/ATen/native/transformers/cuda/mem_eff_attention/gemm_kernel_uti
 DefaultGemmType), so in both precisions it is costed at MEM_EFF_FRACTION (forward) /
 MEM_EFF_BWD_FRACTION (backward) of the chip's fp32 GEMM rate at the launch's size: the ratios measured
 on H100 and H200 (benchmarks/real/gemm_fp32_tf32_*.raw.json, head dim 128, seq 1024-8192).
+
+Expert GEMMs (docs/COST_MODEL.md, "MoE"). Every expert's GEMM has M = the tokens routed to it
+(flops.tokens_per_expert). A grouped GEMM (Megatron --moe-grouped-gemm, torch._grouped_mm, TE
+GroupedLinear; Gemm kind "expert_grouped") runs all local experts in one launch: like a fused attention
+kernel its efficiency follows the whole launch's FLOPs, and its roofline traffic is every expert's
+weights + tokens; the weight stream runs at GROUPED_GEMM_MEM_FRACTION of the achievable HBM rate. Looped
+expert GEMMs (SequentialMLP, eager; kind "linear") are costed at one expert's FLOPs. Measured on H100
+(benchmarks/real/moe_gemm_sweep.py -> moe_gemm_sweep_h100.raw.json, 4 expert shapes, m = 64..8192,
+compared by benchmarks/real/moe_gemm_compare.py): the grouped rule is within 0.86-1.08x of the measured
+torch._grouped_mm time for m >= 512 (median 0.99); the per-expert rule overstated it 1.2-2x (measured/model
+0.51-0.85 for m = 256..8192).
 """
 
 from __future__ import annotations
@@ -41,6 +52,11 @@ DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 # (forward 0.71-0.89, backward 0.44-0.58; benchmarks/real/gemm_fp32_tf32.py)
 MEM_EFF_FRACTION = 0.84
 MEM_EFF_BWD_FRACTION = 0.53
+# Grouped expert GEMM in its weight-bound regime (per-expert M below the ridge point, m <~ 256 on H100
+# bf16): measured time / (all experts' operand bytes / achievable HBM) = 1.29 median over the 16
+# memory-bound points of benchmarks/real/moe_gemm_sweep_h100.raw.json (range 1.07-1.82), i.e. the
+# kernel streams weights at 1/1.29 = 0.77 of the rate a device-to-device copy reaches.
+GROUPED_GEMM_MEM_FRACTION = 0.77
 
 
 @dataclass(frozen=True)
@@ -78,9 +94,10 @@ def gemm_time_s(g: Gemm, r: ChipRates, passes: float = 1.0, bwd: bool = False) -
         dtype, peak = r.fused_dtype, r.fused_peak_flops
     curve = r.chip.gemm_curve(dtype)
     # A fused attention kernel runs batch x heads in one launch: its efficiency follows the whole
-    # call's size. Expert GEMMs (grouped or looped) are sized by one expert's tokens: small experts
-    # fill the chip as poorly as a small GEMM does.
-    eff = curve.at(g.flops if attention else g.flops_each)
+    # call's size. So does a grouped expert GEMM (one launch over the local experts: its tiles fill the
+    # chip together; GROUPED_GEMM note above); looped expert GEMMs are sized by one expert's tokens:
+    # small experts fill the chip as poorly as a small GEMM does.
+    eff = curve.at(g.flops if attention or g.kind == "expert_grouped" else g.flops_each)
     if g.kind == "attention_flash":
         if r.fused_dtype:
             # fp32/tf32: SDPA memory-efficient kernel, measured against the fp32 GEMM rate
@@ -95,6 +112,8 @@ def gemm_time_s(g: Gemm, r: ChipRates, passes: float = 1.0, bwd: bool = False) -
     in_bytes = DTYPE_BYTES.get(dtype, 2) if dtype != "fp8" else 1
     traffic = g.count * (g.m * g.k * in_bytes + g.k * g.n * in_bytes + g.m * g.n * r.act_bytes)
     t_mem = traffic / r.hbm_Bps
+    if g.kind == "expert_grouped":
+        t_mem /= GROUPED_GEMM_MEM_FRACTION
     return passes * max(t_compute, t_mem)
 
 
@@ -124,9 +143,8 @@ def layer_memory_bytes(model: ModelSpec, tokens: float, micro_batch: int, seq_le
     if moe and model.moe is not None:
         e = model.moe
         width = e.expert_ffn_hidden * e.top_k + e.expert_ffn_hidden * e.shared_experts
-        # experts run on tokens/tp (SP) per rank; routing permute/unpermute copies 2x h per assignment
-        act = tokens / tp * (width * (3 if model.activation == "swiglu" else 2) * act_bytes
-                             + 4 * h * e.top_k * act_bytes)
+        # experts run on tokens/tp (SP) per rank; routing and token permutation: moe_dispatch_bytes
+        act = tokens / tp * width * (3 if model.activation == "swiglu" else 2) * act_bytes
     else:
         width = model.ffn_hidden / tp
         act = tokens * width * (3 if model.activation == "swiglu" else 2) * act_bytes
@@ -136,3 +154,42 @@ def layer_memory_bytes(model: ModelSpec, tokens: float, micro_batch: int, seq_le
         scores = micro_batch * (model.heads / tp) * (seq_len / cp) * seq_len
         core = scores * (2 * act_bytes + (2 * act_bytes + 1 if model.dropout > 0 else 0))
     return outside, core
+
+
+ROUTER_FWD_BYTES_PER_LOGIT = 9    # read fp32 logits, write fp32 probs + bool routing map
+ROUTER_BWD_BYTES_PER_LOGIT = 13   # read grad probs, saved probs and routing map, write grad logits
+
+
+def moe_dispatch_bytes(model: ModelSpec, tokens: float, tp: int, ep: int, etp: int,
+                       act_bytes: int) -> tuple[float, float]:
+    """(forward, backward) HBM bytes of one MoE layer's routing and token permutation on one device,
+    per micro-batch: Megatron-core's alltoall dispatcher with fused kernels (--moe-router-fusion,
+    --moe-permute-fusion; megatron/core/transformer/moe/token_dispatcher.py MoEAlltoAllTokenDispatcher,
+    moe_utils.py permute / unpermute / sort_chunks_by_idxs, backed by Transformer Engine's fused
+    permutation kernels). With N = tokens/tp routed tokens on the rank (SP), A = N*k (token, expert)
+    assignments, R = A*etp assignments its local experts receive, L = E/ep local experts, b bytes per
+    activation element:
+      router score + top-k (TE fused_topk_with_score_function) over the N x E logits: 9 B per logit
+        forward (read fp32 logits; write fp32 probs and the bool routing map), 13 B backward;
+      permutation 1 (dispatch_preprocess -> permute): gather A rows of h: read A*h*b, write A*h*b;
+      permutation 2 (dispatch_postprocess -> sort_chunks_by_idxs, only when L > 1): R rows read + written;
+      its inverse after the experts (combine_preprocess): R rows read + written;
+      unpermutation 1 (combine_postprocess -> unpermute with merging probs): read A rows, write N rows.
+        forward = h*b*(3A + N + 4R[L>1]) + 9 N E
+    Backward: each permutation's gradient is the inverse permutation of the same rows, plus one more
+    read of the A expert outputs for the router-probability gradient:
+        backward = h*b*(4A + N + 4R[L>1]) + 13 N E
+    (The all-to-alls themselves are communication: estimate.moe_dispatch_comm_s.) The permutations run
+    at the copy rate: benchmarks/real/moe_gemm_sweep_h100.raw.json measured a 16384 x top-8 x 2048
+    index_select gather at 3.12 TB/s against a 2.99 TB/s device-to-device copy on H100."""
+    e = model.moe
+    assert e is not None
+    h = model.hidden
+    n = tokens / tp
+    a = n * e.top_k
+    rcv = a * etp
+    sort = 4 * rcv if e.experts / ep > 1 else 0.0
+    logits = n * e.experts
+    fwd = h * act_bytes * (3 * a + n + sort) + ROUTER_FWD_BYTES_PER_LOGIT * logits
+    bwd = h * act_bytes * (4 * a + n + sort) + ROUTER_BWD_BYTES_PER_LOGIT * logits
+    return fwd, bwd

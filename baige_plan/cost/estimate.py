@@ -17,17 +17,27 @@ from dataclasses import dataclass, field, replace
 
 from baige_plan import runtimes
 from baige_plan.cost import collectives as C
-from baige_plan.cost.compute import ChipRates, gemm_time_s, layer_memory_bytes
+from baige_plan.cost.compute import ChipRates, gemm_time_s, layer_memory_bytes, moe_dispatch_bytes
 from baige_plan.cost.execution import EAGER, FUSED_LOSS_BYTES_PER_LOGIT, eager_host_s
-from baige_plan.cost.flops import Gemm, attention_gemms, linear_gemms, logits_gemm, megatron_model_flops
+from baige_plan.cost.flops import (
+    Gemm,
+    attention_gemms,
+    expert_load_factor,
+    linear_gemms,
+    logits_gemm,
+    megatron_model_flops,
+    tokens_per_expert,
+)
 from baige_plan.cost.memory import (
     FP32_PRECISIONS,
-    FRAMEWORK_RESERVE_GIB,
     GIB,
+    comm_groups,
     inflight_microbatches,
     layer_activation_bytes,
-    model_state_bytes_per_param,
+    loss_bytes_per_logit,
     precision_state_bytes,
+    reserve_bytes,
+    state_bytes,
     weight_bytes,
 )
 from baige_plan.cost.params import layer_params_split
@@ -114,6 +124,17 @@ class Estimate:
     # heterogeneous plans: per shape (replicas, micro-batches, stage costs, pipeline seconds)
     shapes: tuple[tuple[int, int, tuple[StageCost, ...], float], ...] = ()
     bridge_traffic: tuple[tuple[str, str, str, float], ...] = ()   # (group a, group b, kind, seconds per step)
+    memory_frac: float = 1.0   # the fraction of device memory the plan may use (--max-memory-frac): `fits`' limit
+
+    @property
+    def memory_limit_gib(self) -> float:
+        """Device memory the plan may use: capacity x --max-memory-frac."""
+        return self.capacity_gib * self.memory_frac
+
+    @property
+    def memory_margin_gib(self) -> float:
+        """memory_limit_gib - peak memory of the peak stage (negative: over by that much; fits <=> >= 0)."""
+        return self.memory_limit_gib - self.peak_memory_gib
 
     @property
     def sources(self) -> dict[str, str]:
@@ -143,7 +164,9 @@ def join_sources(labels: set[str]) -> str:
 
 def _gemm_set(model: ModelSpec, s: StrategySpec, seq_len: int, moe_layer: bool) -> tuple[list[Gemm], list[Gemm]]:
     tokens = s.micro_batch * seq_len / s.cp
-    lin = linear_gemms(model, tokens, s.tp, moe_layer, s.ep, s.etp)
+    # fused runtimes run the local experts as one grouped GEMM (Megatron --moe-grouped-gemm, as the
+    # megatron export writes; torchtitan/Automodel grouped_mm); eager PyTorch loops over them
+    lin = linear_gemms(model, tokens, s.tp, moe_layer, s.ep, s.etp, grouped=s.execution != "eager")
     att = attention_gemms(model, s.micro_batch, seq_len, s.tp, s.cp, standard=s.attention == "standard")
     if s.attention == "flash":
         att = [Gemm(g.name, g.m, g.n, g.k, g.count, "attention_flash") for g in att]
@@ -168,12 +191,20 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
     fwd = bwd = rec = comp = tp_t = ep_t = cp_t = hw_flops = 0.0
     dense_p = expert_p = act = act_layer_full = 0.0
     lin, att = _gemm_set(model, s, seq, moe)
-    g_f = sum(gemm_time_s(g, r) for g in lin)
+    # MoE: the busiest EP rank sets the pace (flops.expert_load_factor; 1 under balanced routing)
+    load = _moe_load(model, s, tokens) if moe and model.moe is not None else 1.0
+    g_f = sum(gemm_time_s(g, r) * (load if g.name.startswith("expert_") else 1.0) for g in lin)
     a_f = sum(gemm_time_s(g, r) for g in att)
     a_b = sum(gemm_time_s(g, r, passes=2, bwd=True) for g in att)
     out_b, core_b = layer_memory_bytes(model, tokens, s.micro_batch, seq, s.tp, s.cp, sp, std, act_bytes, moe)
     m_f = (out_b + core_b) / r.hbm_Bps
     m_b = 2 * m_f
+    if moe and model.moe is not None:
+        # routing + token permutation of the fused dispatcher (compute.moe_dispatch_bytes); eager
+        # execution replaces m_f/m_b with its measured traffic below
+        d_f, d_b = moe_dispatch_bytes(model, tokens, s.tp, s.ep, s.etp, act_bytes)
+        m_f += d_f / r.hbm_Bps
+        m_b += d_b / r.hbm_Bps
     if r.dtype == "fp8":
         # Transformer Engine quantises every GEMM input: read 16-bit, write fp8 (+ transpose copy for
         # wgrad): 3 B per input element in the forward, the output gradients likewise in the backward
@@ -218,10 +249,7 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
     # Expert parallel: dispatch + combine all-to-all per pass (4 per layer per micro-batch).
     t_ep = 0.0
     if moe and model.moe is not None:
-        routed = tokens / s.tp * model.moe.top_k * model.hidden * act_bytes
-        t_ep = 2 * C.all_to_all_s(routed * s.etp, ep_link) if s.ep > 1 else 0.0
-        if s.etp > 1:
-            t_ep += 2 * C.all_gather_s(routed * s.etp, etp_link)
+        t_ep = moe_dispatch_comm_s(model, tokens, s.tp, s.ep, s.etp, act_bytes, ep_link, etp_link) * load
     # Context parallel ring attention: cp-1 KV block exchanges, overlapped with the attention
     # core blocks they feed (Liu et al. 2023, Ring Attention; Megatron CP).
     t_cp_f = t_cp_b = 0.0
@@ -264,14 +292,22 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
     dense_p += d / s.tp
     if e:
         expert_p += e / (s.ep * s.etp)
-    act += layer_activation_bytes(model, seq, s.micro_batch, s.tp, s.cp, sp, s.recompute, std, moe, act_bytes)
-    if s.execution == "eager" and s.recompute != "full":
+    # what "selective" stores is the runtime's (Megatron core-attention recompute, torchtitan op-level SAC)
+    op_sac = s.recompute == "selective" and runtimes.get(s.runtime).memory.selective == "op_sac"
+    act += layer_activation_bytes(model, seq, s.micro_batch, s.tp, s.cp, sp, s.recompute, std, moe, act_bytes,
+                                  selective=runtimes.get(s.runtime).memory.selective,
+                                  fp8_gemm_inputs=r.dtype == "fp8" and runtimes.get(s.runtime).memory.fp8_gemm_inputs)
+    mem = runtimes.get(s.runtime).memory
+    if s.execution == "eager" and s.recompute != "full" and not op_sac and mem.autocast_fp32_params and s.zero < 3:
+        # autocast over fp32 parameters leaves fp32 activations (measured, cost/execution.py); FSDP2's bf16
+        # param_dtype (ZeRO-3, torchtitan) computes in bf16 throughout
         rep = EAGER.replicated_extra_activation_bytes
         act += ((EAGER.extra_activation_bytes_per_token_layer_hidden - rep) / s.tp + rep / (s.tp if sp else 1)) \
             * tokens * model.hidden
     if meas is not None and meas.activation_bytes is not None:
         act = meas.activation_bytes
-    if s.recompute == "full":
+    if s.recompute == "full" or op_sac:
+        # the layer being recomputed in the backward holds its un-checkpointed activations
         working = layer_activation_bytes(model, seq, s.micro_batch, s.tp, s.cp, sp, "none", std, moe, act_bytes)
         if meas is not None and meas.working_bytes is not None:
             working = meas.working_bytes
@@ -279,6 +315,52 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
     return {"fwd": fwd, "bwd": bwd, "rec": rec, "comp": comp, "tp": tp_t, "ep": ep_t, "cp": cp_t, "hw": hw_flops,
             "dense_p": dense_p, "expert_p": expert_p, "act": act, "act_full": act_layer_full,
             "lf": lf, "lb": lb, "rc": rc}
+
+
+MOE_DISPATCHER = "alltoall"   # Megatron-Bridge/NeMo MoE recipes, the megatron export and the harness
+MOE_ROUTER = "balanced"       # the measured runs force-balance routing; flops.expert_load_factor
+
+
+def _moe_load(model: ModelSpec, s: StrategySpec, tokens: float) -> float:
+    """Busiest EP rank's expert load over the mean under MOE_ROUTER (flops.expert_load_factor)."""
+    e = model.moe
+    assert e is not None
+    return expert_load_factor(MOE_ROUTER, tokens_per_expert(model, tokens, s.tp, s.ep, s.etp) / s.etp,
+                              e.experts // s.ep, s.ep)
+
+
+def moe_dispatch_comm_s(model: ModelSpec, tokens: float, tp: int, ep: int, etp: int, act_bytes: int,
+                        ep_link: C.Link, etp_link: C.Link, dispatcher: str = MOE_DISPATCHER,
+                        tp_ep_link: C.Link | None = None) -> float:
+    """Token-dispatch communication of one MoE layer on one device per pass (forward; the backward
+    sends the gradients the same way), Megatron-core token_dispatcher.py:
+    - "alltoall" (MoEAlltoAllTokenDispatcher): dispatch + combine all-to-all over the ep group of the
+      rank's A = (tokens/tp) * top_k routed tokens (x etp after the expert-TP gather), h x b bytes each:
+          2 x all_to_all(A*etp*h*b)        (ep > 1)
+      plus the expert-TP all-gather (dispatch) and reduce-scatter (combine) of the same bytes (etp > 1).
+      ep = etp = 1 moves nothing: the local experts are looped/grouped in place.
+    - "allgather" (MoEAllGatherTokenDispatcher): all-gather over the tp x ep group of every rank's
+      N = tokens/tp unrouted tokens (h x b), of the N x E fp32 probabilities and the bool routing map,
+      then a reduce-scatter of the combined output, cast to the fp32 probs dtype:
+          all_gather(tp*ep*N*(h*b + 5E)) + reduce_scatter(tp*ep*N*h*4)      (tp*ep > 1)
+    """
+    e = model.moe
+    assert e is not None
+    n = tokens / tp
+    routed = n * e.top_k * model.hidden * act_bytes
+    if dispatcher == "alltoall":
+        t = 2 * C.all_to_all_s(routed * etp, ep_link) if ep > 1 else 0.0
+        if etp > 1:
+            t += 2 * C.all_gather_s(routed * etp, etp_link)
+        return t
+    if dispatcher == "allgather":
+        g = tp * ep
+        if g == 1:
+            return 0.0
+        link = tp_ep_link if tp_ep_link is not None else ep_link
+        return (C.all_gather_s(g * n * (model.hidden * act_bytes + 5 * e.experts), link)
+                + C.reduce_scatter_s(g * n * model.hidden * 4, link))
+    raise ValueError(f"unknown MoE dispatcher {dispatcher!r}: alltoall | allgather")
 
 
 def _embedding_act_bytes(model: ModelSpec, s: StrategySpec, tokens: float, act_bytes: int, sp: bool) -> float:
@@ -294,8 +376,9 @@ def _logits_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, tokens: float
     t_lf = gemm_time_s(lg, r)
     per_logit = EAGER.loss_bytes_per_logit if s.execution == "eager" else FUSED_LOSS_BYTES_PER_LOGIT
     ce = tokens * model.vocab / s.tp * per_logit / 2 / r.hbm_Bps
-    act = tokens * model.vocab / s.tp * (4 + r.act_bytes + (EAGER.extra_loss_activation_bytes_per_logit
-                                                            if s.execution == "eager" else 0))
+    eager_extra = EAGER.extra_loss_activation_bytes_per_logit
+    act = tokens * model.vocab / s.tp * loss_bytes_per_logit(runtimes.get(s.runtime).memory.loss, s.execution, s.tp,
+                                                             r.act_bytes, eager_extra)
     return t_lf + ce, 2 * t_lf + ce, act
 
 
@@ -365,7 +448,8 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
         # eager PyTorch: the host must dispatch every op; a host slower than the device sets the pace,
         # and expert all-to-alls with data-dependent splits serialise the two (cost/execution.py)
         local_e = model.moe.experts / s.ep if model.moe is not None else 0.0
-        host = eager_host_s(n_layers, n_moe, local_e, s.recompute == "full", s.dp * s.cp, s.zero, s.tp)
+        host = eager_host_s(n_layers, n_moe, local_e, s.recompute == "full", s.dp * s.cp, s.zero, s.tp,
+                            ep=s.ep, expert_ddp=s.edp > 1)
         if n_moe and s.ep > 1:
             bwd += host
         else:
@@ -419,32 +503,38 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
         fwd += pp_t / 2
         bwd += pp_t / 2
 
-    # Memory (ZeRO sharding over the data-parallel replicas holding the same weights).
+    # Memory: what the runtime allocates (specs/runtime.py MemorySemantics, declared with sources in
+    # runtimes/NAME.py; cost/memory.py; docs/COST_MODEL.md "Memory model"). ZeRO shards over the ranks
+    # holding the same weights: dp x cp (the distributed optimizer's intra_dp_cp group), experts over edp.
     rt = runtimes.get(s.runtime)
+    mem = rt.memory
     dp_dense = s.dp * s.cp
-    if s.execution == "eager":
-        # eager PyTorch: fp32 parameters are the master copy (4 B, + a 2 B bf16 autocast copy kept for
-        # backward unless FSDP gathers bf16 layers), fp32 grads 4 B, AdamW m and v 8 B
-        w_b, g_b, k_b = _eager_states(s.zero, dp_dense, job.precision)
-        we_b, ge_b, ke_b = _eager_states(s.zero, s.edp, job.precision)
-    else:
-        # mixed precision: 16-bit weights + main grads + fp32 master/m/v; fp32/tf32: 4 + 4 + 8 (memory.py)
-        states = precision_state_bytes(job.precision, rt.grad_bytes)
-        w_b, g_b, k_b = model_state_bytes_per_param(s.zero, dp_dense, *states)
-        we_b, ge_b, ke_b = model_state_bytes_per_param(s.zero, s.edp, *states)
-    wb = weight_bytes(job.precision)   # the compute copy of a weight: 2 B (16-bit), 4 B in fp32/tf32
+    w_b, g_b, k_b, st_b = state_bytes(mem, job.precision, s.zero, dp_dense)
+    we_b, ge_b, ke_b, ste_b = state_bytes(mem, job.precision, s.zero, s.edp)
     weights = dense_p * w_b + expert_p * we_b
     grads = dense_p * g_b + expert_p * ge_b
     optim = dense_p * k_b + expert_p * ke_b
-    if s.zero >= 3 and rt.zero3_gather(s.pp) == "step":
-        # pipelining + FSDP2 keeps the stage unsharded through the step: 16-bit parameters and
-        # gradients of every layer of the stage (torch.distributed.pipelining backward_maybe_with_nosync)
-        weights += wb * (dense_p + expert_p)
-        grads += wb * (dense_p + expert_p)
-    elif s.zero >= 3:
-        # gathered 16-bit weights live at once: the matrix in use + the prefetched one
+    step_copy = dense_p * st_b + expert_p * ste_b   # the step's fp32 gradient copy (not during fwd/bwd)
+    fp32 = job.precision in FP32_PRECISIONS
+    pb = 4 if fp32 else mem.zero3_param_bytes      # a gathered parameter (FSDP2 param_dtype)
+    fsdp = s.zero >= 3 or mem.fsdp_always
+    if job.precision == "fp8":
+        weights += mem.fp8_weight_cache_bytes * max(dense_p + expert_p - emb_p, 0.0)   # TE's cached fp8 weights
+    if fsdp and rt.zero3_gather(s.pp) == "step":
+        # pipelining + FSDP2 keeps the stage unsharded through the step: 16-bit parameters, and gradients
+        # accumulated unsharded in reduce_dtype (torch.distributed.pipelining backward_maybe_with_nosync;
+        # FSDPParam.to_accumulated_grad_if_needed)
+        weights += pb * (dense_p + expert_p)
+        grads += (4 if fp32 else mem.pipeline_grad_bytes) * (dense_p + expert_p)
+    elif fsdp:
+        # one unit (a layer; per weight matrix for DeepSpeed; the embedding or output layer) gathered in use and
+        # the next prefetched (DeepSpeed: up to its prefetch bucket), and in its backward the unit's unsharded
+        # 16-bit grads + the reduce-scatter input
         layer_full = max(dense_p + expert_p - emb_p, 0.0) / max(n_layers, 1)
-        weights += 2 * wb * layer_full / zero3_collectives_per_layer(s)
+        unit = max(layer_full / zero3_collectives_per_layer(s), model.vocab * model.hidden / s.tp if emb_p else 0.0)
+        ahead = unit if mem.zero3_prefetch_params is None else min(unit, mem.zero3_prefetch_params)
+        weights += pb * (unit + ahead)
+        grads += (pb + (4 if fp32 else mem.zero3_reduce_bytes)) * unit
     inflight = inflight_microbatches(s.pp, s.vpp, m, index)
     activations = act * inflight + extra_act + act_layer_full
     if s.execution == "eager" and s.zero == 0 and dp_dense == 1:
@@ -454,7 +544,10 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
             grads = 0.0
         else:
             activations = 0.0
-    other = FRAMEWORK_RESERVE_GIB * GIB
+    # the step's fp32 gradient copy exists from the step to the next zero_grad, when activations are freed
+    optim += max(0.0, step_copy - activations)
+    allocated = weights + grads + optim + activations
+    other = reserve_bytes(mem, allocated, comm_groups(s.tp, s.cp, s.dp, s.pp, s.ep, s.etp))
     opt_rate = adam_bytes_per_param(job.precision) / r.hbm_Bps
     if entry is not None and entry.optimizer_s_per_param is not None:
         opt_rate = entry.optimizer_s_per_param
@@ -468,14 +561,6 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
                      activations_gib=activations / GIB, other_gib=other / GIB,
                      dense_params=dense_p, expert_params=expert_p, hw_flops=hw_flops,
                      optimizer_s_per_param=opt_rate, sources=sources)
-
-
-def _eager_states(zero: int, shards: int, precision: str = "bf16") -> tuple[float, float, float]:
-    """(weights, grads, optimizer) bytes per parameter for eager PyTorch (DDP / FSDP2 full shard);
-    fp32/tf32 runs keep no 2-byte autocast copy of the weights."""
-    if zero >= 3:
-        return 4 / shards, 4 / shards, 8 / shards
-    return (4.0 if precision in FP32_PRECISIONS else 6.0), 4.0, 8.0
 
 
 @dataclass(frozen=True)
@@ -642,7 +727,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, s: StrategySp
                     tokens_per_s=tokens / step, tokens_per_s_per_device=tokens / step / devices,
                     model_tflops_per_device=mflops / step / devices / 1e12, mfu=mfu, hfu=hfu,
                     peak_memory_gib=peak_mem, capacity_gib=capacity, breakdown_s=breakdown, memory_gib=memory,
-                    stages=tuple(stages), micro_batches=m, devices=devices, bottleneck=bottleneck)
+                    stages=tuple(stages), micro_batches=m, devices=devices, bottleneck=bottleneck,
+                    memory_frac=memory_frac)
 
 
 def optimizer_rate(st: StageCost, r: ChipRates) -> float:

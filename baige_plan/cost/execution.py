@@ -47,7 +47,17 @@ class EagerHost:
     collectives; an MoE layer with a looped expert dispatcher adds 120 + 84 per local expert; ~120
     per step outside the layers. 4.75 us per op: the host-bound MoE steps (26,005 ops, 0.1236 s).
     Expert-parallel all-to-alls with data-dependent split sizes synchronise host and device at every
-    MoE layer, so their host and device time add instead of overlapping."""
+    MoE layer, so their host and device time add instead of overlapping.
+
+    MoE layers (docs/COST_MODEL.md, "MoE"): the expert loop launches per local expert (84 ops: fc1,
+    GeLU, fc2 forward and backward); DDP's per-parameter gradient hooks scale with the parameter tensors
+    it reduces: 36 ops per GPT layer of 12 tensors = 3 per tensor, so an MoE layer swaps the MLP's 4
+    (fc1/fc2 weight + bias) for the router's 1 and, when DDP reduces the replicated experts (expert
+    data parallelism > 1, no EP), 4 per local expert; expert parallelism adds 67 ops per MoE layer
+    (two all-to-all autograd functions and the chunk regrouping, forward and backward: the ep = 2 rows'
+    20,281 ops less the 18,672 counted without them, over 24 layers); full recomputation re-runs the
+    MoE forward, 133/290 of the layer's ops as for a dense layer. Checked against the traces' op counts:
+    DDP ep 1 29,040 vs 28,969 measured, ep 2 20,281 (by construction), ep 2 recompute 29,233 vs 28,585."""
 
     us_per_op: float = 4.75
     ops_per_layer: float = 290.0
@@ -58,6 +68,11 @@ class EagerHost:
     moe_ops_per_layer: float = 120.0
     moe_ops_per_local_expert: float = 84.0
     ops_per_step: float = 120.0
+    ddp_ops_per_param: float = 36.0 / 12.0
+    mlp_param_tensors: float = 4.0       # fc1/fc2 weight + bias of the dense MLP an MoE layer replaces
+    router_param_tensors: float = 1.0    # bias-free router
+    expert_param_tensors: float = 4.0    # fc1/fc2 weight + bias per expert
+    ep_ops_per_moe_layer: float = 67.0
 
 
 EAGER = EagerTraffic()
@@ -65,16 +80,35 @@ EAGER_HOST = EagerHost()
 
 
 def eager_host_s(n_layers: int, n_moe: int, local_experts: float, recompute_full: bool, dp: int, zero: int,
-                 tp: int) -> float:
-    """Host dispatch time of one micro-batch on one stage (eager PyTorch)."""
+                 tp: int, ep: int = 1, expert_ddp: bool = False) -> float:
+    """Host dispatch time of one micro-batch on one stage (eager PyTorch). `expert_ddp`: DDP reduces
+    the (replicated) expert parameters too (EP < the data-parallel size: expert data parallelism > 1)."""
     h = EAGER_HOST
     per_layer = h.ops_per_layer + (h.recompute_ops_per_layer if recompute_full else 0.0)
+    ddp = zero < 3 and dp > 1
     if zero >= 3:
         per_layer += h.fsdp_ops_per_layer
-    elif dp > 1:
+    elif ddp:
         per_layer += h.ddp_ops_per_layer
     if tp > 1:
         per_layer += h.tp_ops_per_layer
-    ops = n_layers * per_layer + n_moe * (h.moe_ops_per_layer + h.moe_ops_per_local_expert * local_experts)
+    ops = n_layers * per_layer + n_moe * eager_moe_layer_ops(local_experts, recompute_full, ddp, ep, expert_ddp)
     return ops * h.us_per_op * 1e-6
+
+
+def eager_moe_layer_ops(local_experts: float, recompute_full: bool, ddp: bool, ep: int, expert_ddp: bool) -> float:
+    """Host ops an MoE layer adds to a dense layer's (EagerHost docstring): router, permutation and the
+    per-expert loop, EP all-to-alls, their recomputation, and the DDP hooks of its parameter tensors."""
+    h = EAGER_HOST
+    ops = h.moe_ops_per_layer + h.moe_ops_per_local_expert * local_experts
+    if ep > 1:
+        ops += h.ep_ops_per_moe_layer
+    if recompute_full:
+        ops *= 1.0 + h.recompute_ops_per_layer / h.ops_per_layer
+    if ddp:
+        tensors = h.router_param_tensors - h.mlp_param_tensors
+        if expert_ddp:
+            tensors += h.expert_param_tensors * local_experts
+        ops += h.ddp_ops_per_param * tensors
+    return ops
 FUSED_LOSS_BYTES_PER_LOGIT = 16.0      # fp32 vocab-parallel cross-entropy: ~4 passes of 4 bytes

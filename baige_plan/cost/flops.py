@@ -11,6 +11,7 @@ Two conventions, both stated in the output:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from baige_plan.specs.model import ModelSpec
@@ -96,10 +97,58 @@ def attention_gemms(model: ModelSpec, micro_batch: int, seq_len: int, tp: int, c
             Gemm("attn_pv", sq, model.head_dim, keys, n, "attention")]
 
 
-def linear_gemms(model: ModelSpec, tokens: float, tp: int, moe: bool, ep: int = 1, etp: int = 1) -> list[Gemm]:
+def tokens_per_expert(model: ModelSpec, tokens: float, tp: int, ep: int = 1, etp: int = 1) -> float:
+    """The per-expert GEMM M dimension: tokens routed to one expert on this device, per micro-batch.
+
+    Megatron-core alltoall dispatcher with sequence parallelism (token_dispatcher.py,
+    MoEAlltoAllTokenDispatcher): each rank routes its tokens/tp tokens to top_k experts each, the
+    all-to-all over the ep ranks brings every rank the assignments of its E/ep local experts, and the
+    expert-TP all-gather multiplies them by etp. Balanced routing (the forced-balance benchmark setting
+    and the harness's `balanced` router) gives every expert the same share:
+        m = (tokens / tp) * etp * top_k * ep / E.
+    Example: Qwen3-30B-A3B, micro-batch 2 x 4096 tokens, tp 1, ep 8, E 128, top-8: m = 8192*8*8/128 = 4096."""
+    e = model.moe
+    assert e is not None
+    return tokens / tp * etp * e.top_k * ep / e.experts
+
+
+def expert_load_factor(router: str, mean_tokens: float, experts_per_rank: int, ranks: int,
+                       capacity_factor: float | None = None) -> float:
+    """Load of the busiest EP rank over the mean (>= 1): under expert parallelism every rank waits for
+    the slowest at the combine all-to-all, so the straggler sets the pace.
+
+    - "balanced": forced-balance routing (Megatron `moe_router_force_load_balancing`, NeMo's and
+      Automodel's benchmark setting, the harness's default router): every expert gets exactly the
+      mean, factor 1.
+    - "random": assignments drawn independently and uniformly (the best case a learned router with
+      load-balancing loss approaches). A rank's load is a sum over its experts_per_rank experts of
+      n = mean_tokens * experts_per_rank assignments; for n >> ranks log ranks the maximum over `ranks`
+      bins of multinomially thrown balls is n/r + sqrt(2 (n/r) ln r) (Raab & Steger 1998, "Balls into
+      bins - a simple and tight analysis", RANDOM'98, Theorem 1, case m >> n log n):
+          factor = 1 + sqrt(2 ln(ranks) / (mean_tokens * experts_per_rank)).
+    - capacity_factor c (token dropping, Megatron `moe_expert_capacity_factor` with
+      `moe_pad_expert_input_to_capacity`): every expert is padded to c x mean (moe_utils.get_capacity:
+      ceil(tokens/E * c)), so the factor is c, whatever the router.
+    """
+    if capacity_factor is not None:
+        return float(capacity_factor)
+    if router == "balanced" or ranks <= 1:
+        return 1.0
+    if router != "random":
+        raise ValueError(f"unknown router {router!r}: balanced | random")
+    n = max(mean_tokens * experts_per_rank, 1.0)
+    return 1.0 + math.sqrt(2.0 * math.log(ranks) / n)
+
+
+def linear_gemms(model: ModelSpec, tokens: float, tp: int, moe: bool, ep: int = 1, etp: int = 1,
+                 grouped: bool = False) -> list[Gemm]:
     """Weight GEMMs of one layer's forward on one device, Megatron column/row-parallel split.
 
-    tokens = micro_batch * seq_len / cp on this device (before SP gathering)."""
+    tokens = micro_batch * seq_len / cp on this device (before SP gathering).
+    Expert GEMMs: `grouped` = one grouped-GEMM launch over the local experts (Megatron
+    `--moe-grouped-gemm`/TE GroupedLinear, torchtitan and Automodel grouped_mm; kind "expert_grouped"),
+    else one GEMM per expert (SequentialMLP loop, eager PyTorch; kind "linear"). Either way each
+    expert's GEMM has M = tokens_per_expert(...)."""
     h = model.hidden
     out = [Gemm("qkv", tokens, (model.q_dim + 2 * model.kv_dim) / tp, h),
            Gemm("attn_proj", tokens, h, model.q_dim / tp)]
@@ -115,10 +164,11 @@ def linear_gemms(model: ModelSpec, tokens: float, tp: int, moe: bool, ep: int = 
     # m = (tokens/tp)*etp*topk*ep/E tokens. Per-rank FLOPs equal a dense MLP of width
     # topk*e_ffn split tp ways.
     local_experts = e.experts / ep
-    m = tokens / tp * etp * e.top_k * ep / e.experts
+    m = tokens_per_expert(model, tokens, tp, ep, etp)
+    kind = "expert_grouped" if grouped else "linear"
     out += [Gemm("router", tokens, e.experts, h),
-            Gemm("expert_up", m, up * e.expert_ffn_hidden / etp, h, local_experts),
-            Gemm("expert_down", m, h, e.expert_ffn_hidden / etp, local_experts)]
+            Gemm("expert_up", m, up * e.expert_ffn_hidden / etp, h, local_experts, kind),
+            Gemm("expert_down", m, h, e.expert_ffn_hidden / etp, local_experts, kind)]
     if e.shared_experts:
         sh = e.shared_experts * e.expert_ffn_hidden
         out += [Gemm("shared_up", tokens, up * sh / tp, h), Gemm("shared_down", tokens, h, sh / tp)]

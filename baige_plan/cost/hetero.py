@@ -197,7 +197,8 @@ def estimate_pipelines(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: 
                     breakdown_s=breakdown, memory_gib=memory, stages=costs, micro_batches=m, devices=devices,
                     bottleneck=_bottleneck(breakdown, step, fits, mstage.memory_gib, cap * memory_frac, 0.0),
                     shapes=tuple((s_.replicas, s_.micro_batches, c_, t_) for s_, c_, t_ in shapes),
-                    bridge_traffic=tuple((a, b, kind, t) for (a, b, kind), t in sorted(bridge_traffic.items())))
+                    bridge_traffic=tuple((a, b, kind, t) for (a, b, kind), t in sorted(bridge_traffic.items())),
+                    memory_frac=memory_frac)
 
 
 def _overlapping_groups(spans, rng: tuple[int, int]) -> set[str]:

@@ -9,6 +9,9 @@ The paper uses g = 2 (fp16 grads); Megatron-LM keeps fp32 main grads (g = 4), ou
 Pure fp32 / tf32 training (no 16-bit copy, `precision_state_bytes`): the fp32 weights are the master,
 so w = 4, g = 4, K = 8 (Adam m and v): 16 bytes per parameter at ZeRO-0 instead of 18.
 
+Which copies exist, their dtypes and what shards them is the runtime's (specs/runtime.py MemorySemantics,
+declared in baige_plan/runtimes/NAME.py with sources): `state_bytes` below.
+
 Activations (Korthikanti et al. 2022, arXiv:2205.05198, Sec. 4, Table 2), bytes per layer for
 s tokens, micro-batch b, hidden h, heads a, tensor-parallel t, with 16-bit activations:
     no TP:                 s b h (34 + 5 a s / h)
@@ -18,6 +21,11 @@ s tokens, micro-batch b, hidden h, heads a, tensor-parallel t, with 16-bit activ
     full recompute:        2 s b h (/ t with SP)
 generalised here term by term to GQA (kv heads), SwiGLU, ffn != 4h, no-dropout models and fused
 flash attention (which stores the output and fp32 log-sum-exp instead of the s x s scores).
+torchtitan's op-level selective AC stores other tensors: `op_sac_layer_bytes`.
+
+Outside the tensors (docs/COST_MODEL.md "Memory model"): the caching allocator reserves more than is
+allocated (ALLOCATOR_SLACK x the allocated peak), and the CUDA context, kernel libraries and NCCL buffers
+live outside it (CUDA_CONTEXT_GIB, NCCL_FIRST_GIB, NCCL_GROUP_GIB): `reserve_bytes`.
 """
 
 from __future__ import annotations
@@ -28,7 +36,18 @@ GIB = float(1 << 30)
 ADAM_K_BYTES = 12          # fp32 master weights (4) + Adam m (4) + v (4)
 ADAM_K_BYTES_FP32 = 8      # fp32/tf32 training: Adam m (4) + v (4); the fp32 weights are the master
 FP32_PRECISIONS = ("fp32", "tf32")
-FRAMEWORK_RESERVE_GIB = 1.5  # CUDA context, NCCL buffers, allocator slack (estimate; see COST_MODEL.md)
+# Measured (docs/COST_MODEL.md "Memory model"):
+# reserved / allocated - 1 at the peak, median of the 34 runs of benchmarks/real/runs_h200.yaml and runs_h100.yaml
+# (torch.cuda.max_memory_reserved / max_memory_allocated; range 0.024-0.345, p90 0.206)
+ALLOCATOR_SLACK = 0.072
+# device memory outside the allocator (benchmarks/real/memory_overhead.py -> memory_overhead_h200.yaml; H200,
+# torch 2.11 cu130, NCCL 2.28.9, NVLS off): CUDA context with cuBLAS/cuDNN handles and workspaces after a GEMM,
+# flash-SDPA and cross-entropy forward/backward; NCCL buffers of the first communicator after all-reduce,
+# reduce-scatter and all-gather; each further communicator (or the p2p connections) adds about the same again
+CUDA_CONTEXT_GIB = 0.743
+NCCL_FIRST_GIB = 0.822
+NCCL_GROUP_GIB = 0.475
+FRAMEWORK_RESERVE_GIB = CUDA_CONTEXT_GIB   # the least a process reserves outside its tensors (search bounds)
 
 
 def weight_bytes(precision: str) -> int:
@@ -47,6 +66,72 @@ def precision_state_bytes(precision: str, grad_bytes: float = 4) -> tuple[float,
     return 2.0, float(grad_bytes), float(ADAM_K_BYTES)
 
 
+def state_bytes(mem, precision: str, zero: int, shards) -> tuple[float, float, float, float]:
+    """(weights, grads, optimizer, step-time gradient copy) bytes per parameter on one device, as the
+    runtime allocates them (`mem`: specs/runtime.py MemorySemantics), ZeRO-sharded over `shards` (dp x cp,
+    or the expert-data-parallel ranks; a number or a numpy array).
+
+    fp32 / tf32: 4 + 4 + 8 (one fp32 copy, its own master). Mixed precision:
+      master "separate" (Megatron, DeepSpeed, Paddle): 2 + grad buffer + 12, and an fp32 gradient copy of
+        `step_grad_bytes` for the step when the buffer is 16-bit; Megatron distributed optimizer with bf16
+        params and fp32 grads: 2 + 4 + 12/d = "6 + 12/d", with 16-bit grads 2 + 2 + 16/d = "4 + 16/d"
+        (Megatron-LM docs/source/api-guide/dist_optimizer.md table);
+      master "params" (FSDP2, autocast): 4 + 4 + 8 (+ 2 of autocast's kept cast when not sharded).
+    ZeRO: 1 shards the optimizer (and the step copy), 2 also the grads, 3 also the weights."""
+    step = 0.0
+    if precision in FP32_PRECISIONS:
+        w, g, k = 4.0, 4.0, float(ADAM_K_BYTES_FP32)
+    elif mem.master == "params":
+        w, g, k = 4.0, 4.0, float(ADAM_K_BYTES_FP32)
+        if mem.autocast_fp32_params and zero < 3:
+            w += 2.0
+    else:
+        w, g, k = 2.0, float(mem.grad_bytes(precision, zero)), float(ADAM_K_BYTES)
+        if g < 4:
+            step = float(mem.step_grad_bytes)
+    w = w / shards if zero >= 3 else w
+    g = g / shards if zero >= 2 else g
+    k = k / shards if zero >= 1 else k
+    step = step / shards if zero >= 1 else step
+    return w, g, k, step
+
+
+def loss_bytes_per_logit(loss: str, execution: str, tp: int, act_bytes: float, eager_extra: float) -> float:
+    """Bytes per logit the output layer and loss hold at their peak, on one device (the logits are V/tp wide).
+      "fused" (Megatron vocab_parallel_cross_entropy(logits.float()): in-place max/exp on the fp32 copy, which
+        it saves): 4 + the 16-bit logits; eager PyTorch adds its measured extra (cost/execution.py).
+      "eager_fp32" (torchtitan: F.cross_entropy(pred.float()) outside torch.compile, train.py at 9dec370):
+        tp = 1: the eager figure (the same ops as our measured harness) whatever the execution;
+        tp > 1: loss_parallel's DTensor log_softmax (torch/distributed/tensor/parallel/loss.py _log_softmax)
+        holds the 16-bit logits, their fp32 copy, `shifted` and exp(shifted) or the result: 2 + 4 + 4 + 4."""
+    if loss == "eager_fp32":
+        if tp > 1:
+            return act_bytes + 4 + 4 + 4
+        return 4 + act_bytes + eager_extra
+    return 4 + act_bytes + (eager_extra if execution == "eager" else 0.0)
+
+
+def comm_groups(tp, cp, dp, pp, ep=1, etp=1):
+    """Communicators a rank uses: one per parallel dimension > 1 (TP, CP, the dp x cp gradient group,
+    the pipeline's p2p connections, EP, expert TP)."""
+    import numpy as np
+    n = sum(np.greater(x, 1).astype(int) for x in (tp, cp, np.multiply(dp, cp), pp, ep, etp))
+    return int(n) if np.ndim(n) == 0 else n
+
+
+def outside_gib(mem, groups):
+    """GiB a process holds outside its caching allocator: context + NCCL buffers (`mem`'s measured figures).
+    `groups` a number or a numpy array."""
+    import numpy as np
+    out = mem.context_gib + np.where(np.greater(groups, 0), mem.comm_first_gib + mem.comm_group_gib * (groups - 1), 0.0)
+    return float(out) if np.ndim(out) == 0 else out
+
+
+def reserve_bytes(mem, allocated_bytes, groups):
+    """What the device holds beyond the allocated tensors: allocator slack + outside the allocator."""
+    return allocated_bytes * mem.allocator_slack + outside_gib(mem, groups) * GIB
+
+
 def model_state_bytes_per_param(zero: int, dp: int, weight_bytes: float = 2, grad_bytes: float = 4,
                                 k_bytes: float = ADAM_K_BYTES) -> tuple[float, float, float]:
     """(weights, grads, optimizer) bytes per parameter on one device for a ZeRO stage (ZeRO paper)."""
@@ -58,7 +143,7 @@ def model_state_bytes_per_param(zero: int, dp: int, weight_bytes: float = 2, gra
 
 def layer_activation_bytes(model: ModelSpec, seq_len: int, micro_batch: int, tp: int, cp: int, sp: bool,
                            recompute: str, standard_attention: bool, moe: bool = False, act_bytes: int = 2,
-                           etp: int = 1) -> float:
+                           etp: int = 1, selective: str = "core_attention", fp8_gemm_inputs: bool = False) -> float:
     """Stored activation bytes of one transformer layer for one micro-batch (Korthikanti, term by term).
 
     Terms (per token, 16-bit, `sh` = sharded over tp only with SP):
@@ -69,7 +154,12 @@ def layer_activation_bytes(model: ModelSpec, seq_len: int, micro_batch: int, tp:
                  activation out 2f/t, dropout mask h (sh)
     With ffn = 4h, MHA, dropout and standard attention this equals Korthikanti's
     34 + 5as/h (SP) or 10 + 24/t + 5as/(ht) (no SP).
+    `fp8_gemm_inputs`: Transformer Engine's fp8 linears save their fp8-cast input for the weight gradient
+    (transformer_engine/pytorch/module/linear.py, layernorm_linear.py: saved_inputmat = the quantized
+    inputmat), 1 B instead of 2 for the QKV, projection, MLP and second-MLP inputs.
     """
+    if recompute == "selective" and selective == "op_sac":
+        return op_sac_layer_bytes(model, seq_len, micro_batch, tp, cp, sp, moe, act_bytes)
     h, a, t = model.hidden, model.heads, tp
     s_loc = seq_len / cp
     tokens = s_loc * micro_batch
@@ -94,7 +184,40 @@ def layer_activation_bytes(model: ModelSpec, seq_len: int, micro_batch: int, tp:
     mlp = (2 * h + 2 * h) / sh * ab + (up + 2) * f_tok * ab + drop * h / sh
     if moe and model.moe is not None:
         mlp += 2 * h * model.moe.top_k / t * ab   # permuted token copies held for the combine
+    if fp8_gemm_inputs:
+        mlp -= h / sh + model.q_dim / t + h / sh + f_tok   # 1 B of the 2 of each saved GEMM input
     return tokens * (attn + mlp)
+
+
+def op_sac_layer_bytes(model: ModelSpec, seq_len: int, micro_batch: int, tp: int, cp: int, sp: bool,
+                       moe: bool = False, act_bytes: int = 2) -> float:
+    """Stored bytes of one layer under torchtitan's op-level selective AC (torchtitan
+    parallelisms/parallelize_llama.py _apply_ac_to_transformer_block at 9dec370, 2024-12; distributed/
+    activation_checkpoint.py in 0.3.0): the block input, and the outputs of the ops in `_save_list` --
+    aten.mm except every second one (the counter restarts with each block: mm 1, 3, 5, 7 are saved),
+    flash/efficient SDPA (output + fp32 logsumexp), reduce_scatter_tensor (SP) -- everything else is
+    recomputed in the backward. Per token, 16-bit, in forward order the matmuls are
+      wq (q/t), wk (kv/t), wv (kv/t), wo (h: a row-parallel partial sum is full width), and for a dense
+      layer w1 (f/t), w3 (f/t), w2 (h); an MoE layer's router (experts) and shared-expert matmuls (its
+      routed experts run as grouped_mm, not saved).
+    SwiGLU: saved wq, wv, w1, w2 = q/t + kv/t + f/t + h."""
+    t = tp
+    tokens = seq_len / cp * micro_batch
+    h = model.hidden
+    widths = [model.q_dim / t, model.kv_dim / t, model.kv_dim / t, h]
+    if moe and model.moe is not None:
+        widths.append(model.moe.experts)
+        for _ in range(model.moe.shared_experts):
+            widths += [model.moe.expert_ffn_hidden / t, model.moe.expert_ffn_hidden / t, h]
+    elif model.activation == "swiglu":
+        widths += [model.ffn_hidden / t, model.ffn_hidden / t, h]
+    else:
+        widths += [model.ffn_hidden / t, h]
+    mm = sum(widths[0::2])
+    per_token = (h / (t if sp else 1) + mm + model.q_dim / t) * act_bytes + 4 * model.heads / t
+    if sp and t > 1:
+        per_token += 2 * h / t * act_bytes   # the two reduce-scatter outputs
+    return tokens * per_token
 
 
 def korthikanti_layer_bytes(s: int, b: int, h: int, a: int, t: int, sp: bool, selective: bool) -> float:
@@ -108,13 +231,21 @@ def korthikanti_layer_bytes(s: int, b: int, h: int, a: int, t: int, sp: bool, se
     return s * b * h * (10 + 24 / t + 5 * a * s / (h * t))
 
 
-def inflight_microbatches(pp: int, vpp: int, m: int, stage: int = 0) -> float:
-    """Micro-batches whose activations a stage holds at peak under 1F1B (stage 0 holds pp),
-    interleaved: pp * (1 + (pp-1)/(pp*vpp)) layer-stage equivalents (Korthikanti Sec. 4.2.3).
-    Returned as a multiplier on one micro-batch's activations of the whole stage."""
-    if pp == 1:
-        return 1.0
-    held = min(pp - stage, m)
-    if vpp > 1:
-        return held * (1.0 + (pp - 1) / (pp * vpp))
-    return float(held)
+def inflight_microbatches(pp, vpp, m, stage=0):
+    """Micro-batches of a stage's activations held at the peak (stage micro-batch units: all of the
+    stage's layers), by the schedule's own warm-up rule (Megatron-core pipeline_parallel/schedules.py
+    get_pp_rank_microbatches; torch.distributed.pipelining Schedule1F1B / ScheduleInterleaved1F1B and
+    Paddle's interleaved schedule use the same counts): rank r runs `warmup` forwards before its first
+    backward and one more forward per 1F1B step, so warmup + 1 (chunk-)micro-batches are held:
+        1F1B:        warmup = p - r - 1                               -> min(p - r, m)
+        interleaved: warmup = 2 (p - r - 1) + (v - 1) g, g = p         -> min(warmup + 1, m v) / v
+    (g: micro-batches per virtual-stage group, --microbatch-group-size-per-vp-stage, default pp; each
+    chunk holds 1/v of the stage's layers). Rank 0 interleaved: p + (p - 1)/v = p (1 + (p-1)/(p v)),
+    Korthikanti 2022 Sec. 4.2.3; the last rank still holds ((v - 1) p + 1)/v, not 1.
+    Works on numbers and on numpy arrays (search/bounds.py)."""
+    import numpy as np
+    warm_i = 2 * (pp - stage - 1) + (vpp - 1) * pp
+    inter = np.minimum(warm_i + 1, m * vpp) / vpp
+    plain = np.minimum(pp - stage, m)
+    out = np.where(pp == 1, 1.0, np.where(vpp > 1, inter, plain))
+    return float(out) if np.ndim(out) == 0 else out

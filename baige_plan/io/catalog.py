@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from baige_plan.errors import InputError
+from baige_plan.limits import MAX_DEVICES, MAX_GROUPS
 from baige_plan.io.chips import load_chip_file
 from baige_plan.io.models import load_model_file
 from baige_plan.io.paths import catalog_roots
 from baige_plan.io.topologies import cluster_from_shorthand, is_shorthand, load_topology_file
+from baige_plan.io.yamlio import file_kind, is_regular_file
 from baige_plan.specs.chip import ChipSpec
 from baige_plan.specs.model import ModelSpec
 from baige_plan.specs.topology import ClusterSpec
@@ -23,9 +27,7 @@ class Catalog:
 
     @classmethod
     def create(cls, extra: list[str] | tuple[str, ...] = ()) -> Catalog:
-        for p in extra:
-            if not Path(p).is_dir():
-                raise InputError("--catalog", "", f"{p!r} is not a directory")
+        check_roots(extra)
         return cls(tuple(catalog_roots(extra)))
 
     @staticmethod
@@ -38,7 +40,7 @@ class Catalog:
             for d in self._dirs(root, kind):
                 for ext in _EXTS:
                     p = d / f"{name}{ext}"
-                    if p.is_file():
+                    if is_regular_file(p):
                         return p
         return None
 
@@ -55,27 +57,30 @@ class Catalog:
     # -- chips ---------------------------------------------------------------------------
     def chip(self, ref: str, source: str = "CLUSTER", field: str = "chip") -> ChipSpec:
         p = Path(ref)
-        if p.suffix in _EXTS and p.is_file():
-            return load_chip_file(p)
+        if p.suffix in _EXTS and file_kind(p) is not None:
+            return load_chip_file(p)        # a folder, device or pipe is refused there, naming the path
         found = self.find("chips", ref)
         if found is None:
             known = ", ".join(self.names("chips"))
-            raise InputError(source, field, f"unknown chip {ref!r} (known: {known})")
+            raise InputError(source, field, f"unknown chip {_short(ref)} (known: {known})")
         return load_chip_file(found)
 
     # -- models --------------------------------------------------------------------------
     def model(self, ref: str) -> ModelSpec:
         p = Path(ref)
-        if p.is_file():
+        kind = file_kind(p)
+        if kind == "file" or (kind == "other" and p.suffix in _EXTS):
             if p.name == "config.json" or _looks_like_hf(p):
                 from baige_plan.io.hf_config import load_hf_config
                 return load_hf_config(p)
             return load_model_file(p)
-        found = self.find("models", ref)
+        found = self.find("models", ref) if ref else None
         if found is None:
+            if kind is not None:        # a folder, device or pipe: refused there, naming the path
+                return load_model_file(p)
             if p.suffix in _EXTS:
                 raise InputError(ref, "", "file not found")
-            raise InputError("MODEL", "", f"unknown model {ref!r}: not a file and not a catalog model "
+            raise InputError("MODEL", "", f"unknown model {_short(ref)}: not a file and not a catalog model "
                              f"(known: {', '.join(self.names('models'))})")
         return load_model_file(found)
 
@@ -83,24 +88,78 @@ class Catalog:
     def cluster(self, ref: str) -> tuple[ClusterSpec, bool]:
         """Returns (cluster, default_bridge_added)."""
         p = Path(ref)
-        if p.is_file():
-            return load_topology_file(p, self.chip), False
-        found = self.find("topologies", ref)
+        kind = file_kind(p)
+        if kind == "file" or (kind == "other" and p.suffix in _EXTS):
+            return check_cluster_size(load_topology_file(p, self.chip), str(p)), False
+        found = self.find("topologies", ref) if ref else None
         if found is not None:
-            return load_topology_file(found, self.chip), False
+            return check_cluster_size(load_topology_file(found, self.chip), str(found)), False
         if ":" in ref and is_shorthand(ref):
-            return cluster_from_shorthand(ref, self.chip)
+            _check_shorthand(ref)
+            cl, bridged = cluster_from_shorthand(ref, self.chip)
+            return check_cluster_size(cl, "CLUSTER"), bridged
+        if kind is not None:            # a folder, device or pipe: refused there, naming the path
+            return load_topology_file(p, self.chip), False
         if p.suffix in _EXTS:
             raise InputError(ref, "", "file not found")
-        raise InputError("CLUSTER", "", f"{ref!r} is not a topology file, a catalog topology "
+        raise InputError("CLUSTER", "", f"{_short(ref)} is not a topology file, a catalog topology "
                          f"({', '.join(self.names('topologies'))}) or CHIP:NODESxDEVICES[+...] shorthand")
 
 
+def check_roots(extra: list[str] | tuple[str, ...] = ()) -> None:
+    """Every catalog folder given (--catalog, BAIGE_PLAN_CATALOG) must be a folder: a typo is an error
+    naming the option or variable and the path, never silently ignored."""
+    for p in extra:
+        if file_kind(p) != "dir":
+            raise InputError("--catalog", "", f"{_short(p)} is not a directory")
+    env = os.environ.get("BAIGE_PLAN_CATALOG", "")
+    for p in env.split(os.pathsep):
+        if p and file_kind(p) != "dir":
+            raise InputError("BAIGE_PLAN_CATALOG", "", f"{_short(p)} is not a directory")
+
+
+def check_cluster_size(cl: ClusterSpec, src: str) -> ClusterSpec:
+    """At most MAX_GROUPS chip groups and MAX_DEVICES devices (baige_plan/limits.py)."""
+    if len(cl.groups) > MAX_GROUPS:
+        raise InputError(src, "groups", f"{len(cl.groups)} groups exceed the limit of {MAX_GROUPS}")
+    if cl.devices > MAX_DEVICES:
+        raise InputError(src, "groups", f"{cl.devices:,} devices exceed the limit of {MAX_DEVICES:,}")
+    return cl
+
+
+_PART = re.compile(r":(\d+)x(\d+)$")
+
+
+def _check_shorthand(ref: str) -> None:
+    """Refuse absurd shorthand sizes before anything is built (`a100-sxm4-80g:99999999x8`)."""
+    parts = ref.split("+")
+    if len(parts) > MAX_GROUPS:
+        raise InputError("CLUSTER", "", f"{len(parts)} groups exceed the limit of {MAX_GROUPS}")
+    total = 0
+    for i, part in enumerate(parts):
+        m = _PART.search(part.strip())
+        if m is None:
+            continue
+        if any(len(g) > 9 for g in m.groups()):
+            raise InputError("CLUSTER", f"part {i + 1}", f"more than the limit of {MAX_DEVICES:,} devices")
+        nodes, dpn = int(m[1]), int(m[2])
+        total += nodes * dpn
+        if total > MAX_DEVICES:
+            raise InputError("CLUSTER", f"part {i + 1}", f"{nodes:,}x{dpn:,}: the cluster exceeds the limit of "
+                             f"{MAX_DEVICES:,} devices")
+
+
+def _short(text: str, n: int = 120) -> str:
+    """repr of a user string, cut to n characters (an error stays one readable line)."""
+    return repr(text) if len(text) <= n else repr(text[:n]) + f"... ({len(text)} characters)"
+
+
 def _looks_like_hf(p: Path) -> bool:
-    if p.suffix != ".json":
+    if p.suffix != ".json" or not is_regular_file(p):
         return False
     try:
-        head = p.read_text(encoding="utf-8")[:4000]
+        with open(p, "rb") as f:
+            head = f.read(4000).decode("utf-8", "replace")
     except OSError:
         return False
     return '"model_type"' in head or '"architectures"' in head

@@ -11,6 +11,9 @@ The full format is documented in docs/CATALOG.md.
 
 from __future__ import annotations
 
+import datetime
+import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -135,7 +138,7 @@ def chip_from_doc(doc: Any, src: str) -> ChipSpec:
     doc = expect_schema(doc, src, SCHEMA)
     top = check_keys(doc, src, "", {"schema", "id", "name", "vendor", "family", "sources", "peak_tflops",
                                     "memory", "scaleup", "scaleout", "measured"},
-                     {"collective_library", "reference_id", "pcie", "notes", "variant", "architecture"})
+                     {"collective_library", "reference_id", "pcie", "notes", "variant", "architecture", "price"})
     cites = top["sources"]
     if not isinstance(cites, dict) or not cites:
         raise InputError(src, "sources", "must map source keys to citations")
@@ -182,9 +185,45 @@ def chip_from_doc(doc: Any, src: str) -> ChipSpec:
             flash_efficiency=_sourced(meas, "flash_attention_efficiency", src, "measured", cites, required=False),
             scaleup_curves=links.get("scaleup"),
             nic_curves=links.get("nic"),
+            **_price(top.get("price"), src, cites),
         )
     except SpecError as e:
         raise InputError(src, e.field, e.reason) from None
+
+
+_DATE = re.compile(r"^\d{4}-\d{2}(-\d{2})?$")
+
+
+def _price(d: Any, src: str, cites: dict) -> dict:
+    """The optional ``price:`` block -> ChipSpec price fields (issue 12)::
+
+        price:
+          sources: {AWS: "citation"}     # optional: keys usable here besides the top-level sources
+          usd_per_device_hour: {value: 3.43, sources: [AWS], date: "2026-08-26", estimated: true,
+                                note: "p4de.24xlarge on-demand us-east-1 $27.44705/h / 8 GPUs"}
+
+    A list price per device-hour in USD with its sources and the date it was read (YYYY-MM or
+    YYYY-MM-DD); ``value: null`` = no public price (unknown)."""
+    if d is None:
+        return {}
+    d = check_keys(d, src, "price", {"usd_per_device_hour"}, {"sources"})
+    local = d.get("sources") or {}
+    if not isinstance(local, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in local.items()):
+        raise InputError(src, "price.sources", "must map source keys to citation strings")
+    cites = {**cites, **local}
+    path = "price.usd_per_device_hour"
+    item = check_keys(d["usd_per_device_hour"], src, path, {"value", "sources", "date"}, _SOURCED_OPT - {"sources"})
+    v = item["value"]
+    if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0):
+        raise InputError(src, f"{path}.value", f"expected a number >= 0 (USD per device-hour) or null, got {v!r}")
+    _check_sources(item, src, path, cites, need=True)
+    if "estimated" in item and not isinstance(item["estimated"], bool):
+        raise InputError(src, f"{path}.estimated", "must be true or false")
+    date = item["date"]
+    date = date.isoformat() if isinstance(date, datetime.date) else date
+    if not isinstance(date, str) or not _DATE.match(date):
+        raise InputError(src, f"{path}.date", f"expected the date the price was read, YYYY-MM or YYYY-MM-DD, got {date!r}")
+    return {"price_usd_per_device_hour": None if v is None else float(v), "price_date": date}
 
 
 def load_chip_file(path: str | Path) -> ChipSpec:

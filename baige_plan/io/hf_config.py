@@ -51,11 +51,11 @@ Approximations (the estimate is a planning model, not a parameter-exact replica)
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from baige_plan.errors import InputError, SpecError
+from baige_plan.io.yamlio import kind_of, read_json
 from baige_plan.specs.model import ModelSpec, MoESpec
 
 SUPPORTED = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
@@ -198,7 +198,7 @@ def _moe(r: _Reader, model_type: str, layers: int) -> MoESpec | None:
 def hf_config_to_model(cfg: Any, src: str, name: str | None = None) -> ModelSpec:
     """Map an already-parsed config.json dict; `src` names it in errors."""
     if not isinstance(cfg, dict):
-        raise InputError(src, "", f"expected a JSON object, got {type(cfg).__name__}")
+        raise InputError(src, "", f"expected a JSON object, got {kind_of(cfg)}")
     r = _Reader(cfg, src)
     model_type = r.str_("model_type")
     if model_type in _MLA_TYPES:
@@ -243,20 +243,8 @@ def load_hf_config(path: str | Path) -> ModelSpec:
     """Read a Hugging Face `config.json` and map it to a ModelSpec.
 
     Name: the JSON's `_name_or_path` if set (a local path is reduced to its last component),
-    else the parent folder's name.
+    else the parent folder's name. Read as strictly as every input (io/yamlio.py): a regular file
+    within the size limit, no duplicate keys, no NaN/Infinity.
     """
     p = Path(path)
-    src = str(p)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(src, "", "file not found") from None
-    except IsADirectoryError:
-        raise InputError(src, "", "is a directory, expected a config.json file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(src, "", f"cannot read: {e}") from None
-    try:
-        cfg = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise InputError(src, f"line {e.lineno}", f"invalid JSON: {e.msg}") from None
-    return hf_config_to_model(cfg, src)
+    return hf_config_to_model(read_json(p), str(p))

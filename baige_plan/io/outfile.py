@@ -1,4 +1,5 @@
-"""Writing output files (plan `--out`, `export --out-dir`, `profile --out`): regular files only, atomically.
+"""Writing output files (plan `--out`, `export --out-dir`, `profile --out`, the pictures of `explain --svg/--png` and
+`backtest --plot`): regular files only, atomically.
 
 - The target must be a regular file or not exist. A character or block device (e.g. /dev/null), a
   named pipe, a socket or a folder is refused with an InputError naming the path and what it is; a
@@ -68,9 +69,10 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: str | Path, text: str, *, make_parents: bool = False) -> None:
-    """Write `text` (UTF-8) to the regular file `path` atomically (module docstring). InputError on a
-    non-regular target, a missing folder (unless `make_parents`) or an OS error; nothing is left behind."""
+def write_atomic(path: str | Path, text: str | bytes, *, make_parents: bool = False) -> None:
+    """Write `text` (str: UTF-8; bytes, e.g. a PNG: as is) to the regular file `path` atomically (module
+    docstring). InputError on a non-regular target, a missing folder (unless `make_parents`) or an OS error;
+    nothing is left behind."""
     shown = Path(path)
     target, st = check_target(shown)
     folder = target.parent
@@ -81,7 +83,7 @@ def write_atomic(path: str | Path, text: str, *, make_parents: bool = False) -> 
             raise _cannot(shown, e) from None
     if not folder.is_dir():
         raise InputError(str(shown), "", f"folder {str(folder)!r} does not exist")
-    data = text.encode("utf-8")
+    data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
     tmp, fd = None, -1
     try:
         for _ in range(100):

@@ -24,12 +24,14 @@ _EST_REQUIRED = {"schema", "strategy", "fits", "step_time_s", "tokens_per_s", "t
                  "model_tflops_per_device", "mfu", "hfu", "peak_memory_gib", "breakdown_s", "memory_gib"}
 # every key estimate_dict / hetero_estimate_dict may write beyond the SPEC §3 ones: a new one goes here too
 # (tests/test_check_inputs.py validates freshly written plans and fails otherwise)
-_EST_OPTIONAL = {"memory_capacity_gib", "micro_batches", "devices", "bottleneck", "stages", "conventions",
+_EST_OPTIONAL = {"memory_capacity_gib", "max_memory_frac", "memory_margin_gib", "micro_batches", "devices", "bottleneck", "stages", "conventions",
                  # plans on several groups (io/hetero_plans.py)
                  "heterogeneous_efficiency", "standalone_tokens_per_s", "devices_used", "idle_devices", "shapes",
                  "bridge_traffic",
                  # which parts are measured (--profile, specs/profile.py) and which analytical
-                 "sources"}
+                 "sources",
+                 # time and money to train --tokens (cost/money.py, issue 12)
+                 "training"}
 _BREAKDOWN = {"compute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "pp_bubble", "dp_comm_exposed", "optimizer"}
 _MEMORY = {"weights", "grads", "optimizer", "activations", "other"}
 _SEARCH = {"candidates", "feasible", "seconds", "solver", "status", "gap", "evaluated", "max_memory_frac",
@@ -69,7 +71,11 @@ def _check_estimate(est: Any, src: str) -> None:
     for k in sorted(_EST_REQUIRED - {"schema", "strategy", "fits", "breakdown_s", "memory_gib"}):
         if isinstance(est[k], bool) or not isinstance(est[k], (int, float)):
             raise InputError(src, f"estimate.{k}", f"must be a number, got {est[k]!r}")
-    _numbers(est, src, "estimate")
+    # memory_margin_gib is signed (negative: over the limit by that much); every other number is >= 0
+    margin = est.get("memory_margin_gib", 0.0)
+    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not math.isfinite(margin):
+        raise InputError(src, "estimate.memory_margin_gib", f"must be a finite number, got {margin!r}")
+    _numbers({k: v for k, v in est.items() if k != "memory_margin_gib"}, src, "estimate")
     if est["step_time_s"] <= 0:
         raise InputError(src, "estimate.step_time_s", f"must be > 0, got {est['step_time_s']}")
 

@@ -10,8 +10,10 @@ Re-estimating (`evaluate_plan_file`): the stored `estimate.strategy` is the plan
 tool. If the user edited `strategy` (tp, pp, dp, micro-batch, ...) but not `pipelines`, the
 strategy wins; otherwise `pipelines` are authoritative for tp, pp, dp (replicas), the layer split
 and the micro-batches per replica, and `strategy` for the rest (cp, ep, etp, zero, micro_batch,
-vpp, recompute, sequence_parallel, attention). Uneven layer ranges map to Megatron's first/last
-stage layers; other splits, and several pipeline shapes, go to the heterogeneous cost model.
+vpp, recompute, sequence_parallel, attention). Uneven layer ranges map to the Megatron rule that builds
+them with the plan's vpp (specs/strategy.py split_fields: the plan's account_for_embedding/loss flags, first/last
+stage layers, or the accounting flags); other splits, and several pipeline shapes, go to the heterogeneous cost
+model.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from baige_plan.io.topologies import cluster_from_dict
 from baige_plan.io.yamlio import check_keys, expect_schema, read_document
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
-from baige_plan.specs.strategy import StrategySpec, stage_layers
+from baige_plan.specs.strategy import StrategySpec, split_fields, stage_layers
 from baige_plan.specs.topology import ClusterSpec
 
 PLAN_SCHEMA = "baige-plan/plan/v1"
@@ -53,6 +55,8 @@ def cluster_doc(cluster: ClusterSpec, chip_docs: dict[str, dict]) -> dict:
             d["scaleup_GBps"] = g.scaleup_GBps
         if g.scaleout_Gbps is not None:
             d["scaleout_Gbps"] = g.scaleout_Gbps
+        if g.price_usd_per_device_hour is not None:   # the group's own price (issue 12, cost/money.py)
+            d["price_usd_per_device_hour"] = g.price_usd_per_device_hour
         if g.profile is not None:   # measured per-layer profile, embedded so the plan re-evaluates as written
             from baige_plan.io.profiles import profile_to_dict
             d["profile"] = profile_to_dict(g.profile)
@@ -180,7 +184,8 @@ def plan_inputs(doc: dict, src: str) -> tuple[ModelSpec, ClusterSpec, JobSpec]:
 
 _STRAT_KEYS = {"tp", "pp", "dp", "cp", "ep", "zero", "micro_batch", "global_batch", "vpp", "recompute",
                "sequence_parallel"}
-_STRAT_OPT = {"etp", "attention", "first_stage_layers", "last_stage_layers", "execution", "runtime"}
+_STRAT_OPT = {"etp", "attention", "first_stage_layers", "last_stage_layers", "execution", "runtime",
+              "account_for_embedding", "account_for_loss"}
 _KNOBS = {"micro_batch", "cp", "ep", "etp", "zero", "vpp", "recompute", "sequence_parallel"}
 
 
@@ -253,15 +258,12 @@ def _from_pipelines(sd: dict, pipes: list, src: str, model: ModelSpec, cluster: 
         starts = [s["layers"][0] for s in st0]
         if starts != [sum(counts[:i]) for i in range(pp)] or sum(counts) != model.layers:
             raise InputError(src, "pipelines[0].stages", f"layer ranges must cover [0, {model.layers}) contiguously")
-        first = last = None
-        if len(set(counts)) > 1:
-            mid = counts[1:-1]
-            if mid and len(set(mid)) > 1:
-                return None, job2, _pipelines_spec(sd, pipes, src)
-            m0 = mid[0] if mid else None
-            first = counts[0] if counts[0] != m0 else None
-            last = counts[-1] if counts[-1] != m0 else None
-        s = _strategy(sd, tp=tp, pp=pp, dp=dp, first_stage_layers=first, last_stage_layers=last)
+        # Megatron's rule that builds these stage counts (the plan's account_for_* flags first): specs/strategy.py
+        kw = split_fields(counts, sd.get("vpp", 1), (bool(sd.get("account_for_embedding")),
+                                                      bool(sd.get("account_for_loss"))))
+        if kw is None:
+            return None, job2, _pipelines_spec(sd, pipes, src)
+        s = _strategy(sd, tp=tp, pp=pp, dp=dp, **kw)
         if tuple(counts) != stage_layers(s, model.layers):
             return None, job2, _pipelines_spec(sd, pipes, src)
         return s, job2, None

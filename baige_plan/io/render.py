@@ -20,11 +20,17 @@ def estimate_tables(e: Estimate, title: str) -> list[Table]:
     strat = (f"tp {s.tp}  pp {s.pp}  dp {s.dp}  cp {s.cp}  ep {s.ep}  etp {s.etp}  zero {s.zero}  mb {s.micro_batch}  "
              f"vpp {s.vpp}  recompute {s.recompute}  sp {'on' if s.sequence_parallel else 'off'}  attn {s.attention}")
     head.add_row("strategy", strat)
+    split = split_text(s, e)
+    if split:
+        head.add_row("pipeline split", split)
     head.add_row("fits", "[green]yes[/]" if e.fits else "[red]NO[/]")
     head.add_row("step time", _fmt_s(e.step_time_s))
     head.add_row("throughput", f"{e.tokens_per_s:,.0f} tokens/s ({e.tokens_per_s_per_device:,.1f} per device)")
     head.add_row("MFU / HFU", f"{e.mfu:.1%} / {e.hfu:.1%}  ({e.model_tflops_per_device:.1f} model TFLOP/s per device)")
     head.add_row("peak memory", f"{e.peak_memory_gib:.1f} GiB of {e.capacity_gib:.1f} GiB")
+    margin = e.memory_margin_gib
+    head.add_row("memory margin", f"{'[green]' if margin >= 0 else '[red]'}{margin:+.1f} GiB[/] against the "
+                 f"{e.memory_limit_gib:.1f} GiB allowed (--max-memory-frac {e.memory_frac:g} x {e.capacity_gib:.1f} GiB)")
     head.add_row("micro-batches", f"{e.micro_batches} per replica per step")
     head.add_row("bottleneck", e.bottleneck)
     br = Table(title="step time breakdown (critical stage)", title_justify="left")
@@ -40,6 +46,48 @@ def estimate_tables(e: Estimate, title: str) -> list[Table]:
         mem.add_row(k, f"{v:.2f}")
     mem.add_row("[bold]total[/]", f"[bold]{e.peak_memory_gib:.2f}[/]")
     return [head, br, mem]
+
+
+def chunk_text(chunks: tuple[int, ...] | list[int]) -> str:
+    """A stage's layers per model chunk, run-length: (1, 2, 2, 2) -> '1+2x3'."""
+    runs: list[list[int]] = []
+    for c in chunks:
+        if runs and runs[-1][0] == c:
+            runs[-1][1] += 1
+        else:
+            runs.append([c, 1])
+    return "+".join(str(c) if n == 1 else f"{c}x{n}" for c, n in runs)
+
+
+def split_text(s, e: Estimate) -> str:
+    """Per-stage layer counts of an uneven split (empty for an even one): '15 | 16 x6 | 15 layers per
+    stage; first/last 15/15', with each stage's chunks when vpp > 1."""
+    uneven = s.first_stage_layers or s.last_stage_layers or s.account_for_embedding or s.account_for_loss
+    if not e.stages or not uneven:
+        return ""
+    from baige_plan.specs.strategy import chunk_layers
+    n = sum(st.layers[1] - st.layers[0] for st in e.stages)
+    try:
+        chunks = chunk_layers(s, n)
+    except Exception:   # a hand-edited split the rule does not build: show the stage ranges only
+        chunks = tuple((st.layers[1] - st.layers[0],) for st in e.stages)
+    cells = [str(sum(c)) + (f" ({chunk_text(c)})" if s.vpp > 1 else "") for c in chunks]
+    runs: list[list] = []
+    for c in cells:
+        if runs and runs[-1][0] == c:
+            runs[-1][1] += 1
+        else:
+            runs.append([c, 1])
+    how = []
+    if s.first_stage_layers or s.last_stage_layers:
+        how.append(f"first/last {s.first_stage_layers or '-'}/{s.last_stage_layers or '-'}")
+    if s.account_for_embedding or s.account_for_loss:
+        how.append("embedding and loss counted as layers" if s.account_for_embedding and s.account_for_loss else
+                   "embedding counted as a layer" if s.account_for_embedding else "loss counted as a layer")
+    text = " | ".join(c if k == 1 else f"{c} x{k}" for c, k in runs) + " layers per stage"
+    if s.vpp > 1:
+        text += " (per chunk)"
+    return text + (f"; {', '.join(how)}" if how else "")
 
 
 def print_tables(tables: list[Table]) -> None:

@@ -48,13 +48,29 @@ def explain_tables(plan: dict, stages: list[dict], title: str) -> list[Table]:
     head.add_column("v")
     s = plan["strategy"]
     head.add_row("strategy", "  ".join(f"{h} {c}" for h, c in zip(_STRAT_HEAD, _strat_cells(s), strict=True)))
+    how = []
+    if s.get("first_stage_layers") or s.get("last_stage_layers"):
+        how.append(f"first/last stage layers {s.get('first_stage_layers') or '-'}/{s.get('last_stage_layers') or '-'}")
+    if s.get("account_for_embedding"):
+        how.append("embedding counted as a pipeline layer")
+    if s.get("account_for_loss"):
+        how.append("loss counted as a pipeline layer")
+    if how:
+        head.add_row("pipeline split", "; ".join(how) + " (Megatron's uneven split; layers per stage below)")
     head.add_row("step time", f"{_s(est['step_time_s'])}   MFU {est['mfu']:.1%}   {est['tokens_per_s']:,.0f} tokens/s")
     head.add_row("bottleneck", est["bottleneck"])
     st = Table(title="per stage, per micro-batch (forward + backward)", title_justify="left")
     for h in ("stage", "layers", "time", "compute", "tp comm", "cp comm", "ep comm", "pp p2p", "memory GiB"):
         st.add_column(h, justify="right")
     for x in stages:
-        st.add_row(str(x["index"]), f"{x['layers'][0]}-{x['layers'][1]}", _s(x["time_s"]), _s(x["compute_s"]),
+        n = x["layers"][1] - x["layers"][0]
+        chunks = x.get("chunks") or ()
+        if len(chunks) > 1:   # interleaved: the stage's layers per model chunk (specs/strategy.py chunk_layers)
+            from baige_plan.io.render import chunk_text
+            count = f"{n}: {chunk_text(chunks)}"
+        else:
+            count = str(n)
+        st.add_row(str(x["index"]), f"{x['layers'][0]}-{x['layers'][1]} ({count})", _s(x["time_s"]), _s(x["compute_s"]),
                    _s(x["tp_s"]), _s(x["cp_s"]), _s(x["ep_s"]), _s(x["pp_s"]), f"{x['memory_gib']:.1f}")
     br = Table(title="step (critical stage x micro-batches, bubble, exposed DP, optimizer)", title_justify="left")
     br.add_column("part")

@@ -5,7 +5,8 @@ A row has model{layers, hidden, heads, kv_heads, ffn_hidden, vocab, seq_len, [ac
 head_dim, dropout, tie_embeddings, moe]}, hardware{gpu_model | chip, num_gpus, gpus_per_node,
 [inter_node_bw_per_gpu_gbps]}, parallel{tp, pp, dp, [cp, ep, vpp, micro_batch, zero |
 zero_or_sharding, sequence_parallel, recompute, precision, attention, global_batch_seqs]} and
-results{step_time_s | derived.step_time_s, [memory_gib | peak_memory_gib]}.
+results{step_time_s | derived.step_time_s, [memory_gib | peak_memory_gib, peak_memory_kind allocated | reserved,
+reserved_memory_gib]}.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ from typing import Any
 from baige_plan import runtimes
 from baige_plan.errors import InputError, SpecError
 from baige_plan.io.catalog import Catalog
-from baige_plan.io.yamlio import read_document
+from baige_plan.io.yamlio import check_keys, is_regular_file, kind_of, read_document
+from baige_plan.limits import MAX_DEVICES, MAX_RUN_ROWS
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec, MoESpec
-from baige_plan.specs.strategy import StrategySpec
+from baige_plan.specs.strategy import StrategySpec, check_strategy
 from baige_plan.specs.topology import ClusterSpec, GroupSpec
 
 # gpu_model text -> catalog chip id (first match wins)
@@ -45,6 +47,10 @@ class RunCase:
     measured_states_gib: float | None        # params + grads + optimizer (Korthikanti Fig. 1)
     measured_activations_gib: float | None
     assumptions: tuple[str, ...]
+    # what results.peak_memory_gib measured: "allocated" (torch.cuda.max_memory_allocated, our harness) or
+    # "reserved" (max_memory_reserved: torchtitan's logged memory, metrics.py DeviceMemoryMonitor)
+    measured_memory_kind: str = "allocated"
+    measured_reserved_gib: float | None = None   # results.reserved_memory_gib beside an allocated peak
 
 
 def _year(row: dict) -> int | None:
@@ -126,22 +132,64 @@ def balanced_split(layers: int, pp: int) -> tuple[int | None, int | None]:
     raise ValueError(f"layers={layers} cannot be split over pp={pp}")
 
 
-def case_from_row(row: dict, catalog: Catalog, src: str) -> RunCase:
-    rid = str(row.get("id", "?"))
+def _section(row: dict, key: str, src: str, rid: str, required: bool = True) -> dict:
+    v = row.get(key)
+    if v is None and not required:
+        return {}
+    if not isinstance(v, dict):
+        raise InputError(src, f"rows[{rid}].{key}", "missing section" if v is None else
+                         f"expected a mapping, got {kind_of(v)}")
+    return v
+
+
+def _opt_number(d: dict, key: str, src: str, path: str) -> float | None:
+    v = d.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise InputError(src, f"{path}.{key}", f"expected a number, got {v!r}")
+    if v < 0:
+        raise InputError(src, f"{path}.{key}", f"must be >= 0, got {v!r}")
+    return float(v)
+
+
+def case_from_row(row: dict, catalog: Catalog, src: str, index: int | None = None) -> RunCase:
+    if not isinstance(row, dict):
+        raise InputError(src, f"rows[{index if index is not None else '?'}]",
+                         f"expected a mapping, got {kind_of(row)}")
+    rid = row.get("id", index if index is not None else "?")
+    if not isinstance(rid, (str, int)) or isinstance(rid, bool):
+        raise InputError(src, f"rows[{index}].id", f"expected a string, got {rid!r}")
+    rid = str(rid)
     notes: list[str] = []
+    md, hw, par = (_section(row, k, src, rid) for k in ("model", "hardware", "parallel"))
+    for k in ("source", "results", "derived"):
+        _section(row, k, src, rid, required=False)
     try:
-        md, hw, par = row["model"], row["hardware"], row["parallel"]
-    except (KeyError, TypeError) as e:
-        raise InputError(src, f"rows[{rid}]", f"missing section {e}") from None
+        return _case(row, rid, md, hw, par, notes, catalog, src)
+    except SpecError as e:
+        raise InputError(src, f"rows[{rid}].{e.field}", e.reason) from None
+    except KeyError as e:
+        raise InputError(src, f"rows[{rid}]", f"missing key {e}") from None
+    except (TypeError, ValueError, AttributeError, OverflowError) as e:
+        raise InputError(src, f"rows[{rid}]", str(e).splitlines()[0][:300] if str(e) else type(e).__name__) from None
+
+
+def _case(row: dict, rid: str, md: dict, hw: dict, par: dict, notes: list[str], catalog: Catalog,
+          src: str) -> RunCase:
     year = _year(row)
     attention = par.get("attention") or ("standard" if year is not None and year <= 2022 else "flash")
     if not par.get("attention"):
         notes.append(f"attention {attention} (source year {year})")
-    dropout = md.get("dropout")
+    dropout = _opt_number(md, "dropout", src, f"rows[{rid}].model")
     if dropout is None:
         dropout = 0.1 if attention == "standard" and "bloom" not in str(md.get("name", "")).lower() else 0.0
     try:
-        moe = MoESpec(**md["moe"]) if md.get("moe") else None
+        moe = None
+        if md.get("moe"):
+            mo = check_keys(md["moe"], src, f"rows[{rid}].model.moe", {"experts", "top_k", "expert_ffn_hidden"},
+                            {"shared_experts", "layer_freq", "first_dense_layers"})
+            moe = MoESpec(**mo)
         model = ModelSpec(name=str(md.get("name", rid)), layers=md["layers"], hidden=md["hidden"], heads=md["heads"],
                           kv_heads=md.get("kv_heads"), head_dim=md.get("head_dim"), ffn_hidden=md["ffn_hidden"],
                           vocab=md["vocab"], seq_len=md.get("seq_len", 2048),
@@ -153,22 +201,28 @@ def case_from_row(row: dict, catalog: Catalog, src: str) -> RunCase:
             chip_id = next((cid for pat, cid in _GPU_MAP if re.search(pat, str(hw.get("gpu_model", "")), re.I)), None)
             if chip_id is None:
                 raise ValueError(f"unknown gpu_model {hw.get('gpu_model')!r}; add hardware.chip")
+        if not isinstance(chip_id, str):
+            raise InputError(src, f"rows[{rid}].hardware.chip", f"expected a chip id, got {chip_id!r}")
         chip_path = Path(src).parent / chip_id
-        chip = catalog.chip(str(chip_path) if chip_path.is_file() else chip_id, src, f"rows[{rid}].hardware.chip")
-        n, dpn = int(hw["num_gpus"]), int(hw.get("gpus_per_node") or 8)
+        chip = catalog.chip(str(chip_path) if is_regular_file(chip_path) else chip_id, src,
+                            f"rows[{rid}].hardware.chip")
+        n, dpn = _count(hw, "num_gpus", None, src, rid), _count(hw, "gpus_per_node", 8, src, rid)
         nodes = max(1, n // dpn)
-        nic = hw.get("inter_node_bw_per_gpu_gbps")
+        nic = _opt_number(hw, "inter_node_bw_per_gpu_gbps", src, f"rows[{rid}].hardware")
         group = GroupSpec(name="g", chip=chip, nodes=nodes, devices_per_node=min(dpn, n),
-                          scaleout_Gbps=float(nic) if nic else None, chip_ref=chip.id)
+                          scaleout_Gbps=nic if nic else None, chip_ref=chip.id)
         cluster = ClusterSpec(name=f"{chip.id}:{nodes}x{min(dpn, n)}", groups=(group,))
-        mb = par.get("micro_batch")
+        def par_int(key: str, default: int | None = 1) -> int:
+            return _int_of(par, key, default, src, f"rows[{rid}].parallel")
+
+        mb = par_int("micro_batch", None) if par.get("micro_batch") is not None else None
         if mb is None:
             mb = 1
             notes.append("micro-batch unstated: 1 used")
-        vpp = par.get("vpp") or 1
-        if par.get("vpp") is None and par.get("pp", 1) > 1:
+        pp = par_int("pp")
+        vpp = par_int("vpp")
+        if par.get("vpp") is None and pp > 1:
             notes.append("interleaving unstated: vpp 1 used")
-        pp = int(par.get("pp") or 1)
         first, last = balanced_split(model.layers, pp)
         if first is not None:
             notes.append(f"uneven split: first/last stage {first}/{last} layers (embedding counted as a layer)")
@@ -181,36 +235,65 @@ def case_from_row(row: dict, catalog: Catalog, src: str) -> RunCase:
         if not par.get("execution"):
             notes.append(f"execution {execution} (framework {par.get('framework')!r})")
         sp = par.get("sequence_parallel")
-        strategy = StrategySpec(tp=int(par.get("tp") or 1), pp=pp, dp=int(par.get("dp") or 1),
-                                cp=int(par.get("cp") or 1), ep=int(par.get("ep") or 1), etp=int(par.get("etp") or 1),
-                                zero=_zero(par), micro_batch=int(mb), vpp=int(vpp),
+        strategy = StrategySpec(tp=par_int("tp"), pp=pp, dp=par_int("dp"), cp=par_int("cp"), ep=par_int("ep"),
+                                etp=par_int("etp"), zero=_zero(par), micro_batch=mb, vpp=vpp,
                                 recompute=_recompute(par.get("recompute")),
                                 sequence_parallel=bool(sp) if sp is not None else False,
                                 attention=attention, first_stage_layers=first, last_stage_layers=last,
                                 execution=execution, zero3_impl=zero3_impl, tp_comm_overlap=tp_overlap,
                                 runtime=runtime)
-        job = JobSpec(global_batch=int(par["global_batch_seqs"]), seq_len=int(md.get("seq_len", 2048)),
+        job = JobSpec(global_batch=par_int("global_batch_seqs", None),
+                      seq_len=_int_of(md, "seq_len", 2048, src, f"rows[{rid}].model"),
                       precision=_precision(par.get("precision")))
+        check_strategy(strategy, model, job, cluster.devices)    # what `backtest` will estimate must be valid
     except SpecError as e:
         raise InputError(src, f"rows[{rid}].{e.field}", e.reason) from None
-    except (KeyError, TypeError, ValueError) as e:
-        raise InputError(src, f"rows[{rid}]", str(e)) from None
-    res = row.get("results") or {}
-    der = row.get("derived") or {}
-    step = res.get("step_time_s") if res.get("step_time_s") is not None else der.get("step_time_s")
-    if res.get("step_time_s") is None and step is not None:
-        notes.append("step time derived from published TFLOP/s with the paper's FLOP formula")
+    res, der = row.get("results") or {}, row.get("derived") or {}
+    step = _opt_number(res, "step_time_s", src, f"rows[{rid}].results")
+    if step is None:
+        step = _opt_number(der, "step_time_s", src, f"rows[{rid}].derived")
+        if step is not None:
+            notes.append("step time derived from published TFLOP/s with the paper's FLOP formula")
     mem = res.get("memory_gib")
     states = acts = peak = None
     if isinstance(mem, dict):
-        states = mem.get("params_grads_optimizer_gib")
-        acts = mem.get("activations_gib")
-    elif isinstance(mem, (int, float)):
-        peak = float(mem)
+        states = _opt_number(mem, "params_grads_optimizer_gib", src, f"rows[{rid}].results.memory_gib")
+        acts = _opt_number(mem, "activations_gib", src, f"rows[{rid}].results.memory_gib")
+    elif mem is not None:
+        peak = _opt_number(res, "memory_gib", src, f"rows[{rid}].results")
     if res.get("peak_memory_gib") is not None:
-        peak = float(res["peak_memory_gib"])
-    return RunCase(rid, model, cluster, job, strategy, float(step) if step is not None else None, peak,
-                   states, acts, tuple(notes))
+        peak = _opt_number(res, "peak_memory_gib", src, f"rows[{rid}].results")
+    kind = str(res.get("peak_memory_kind") or "allocated")
+    if kind not in ("allocated", "reserved"):
+        raise InputError(src, f"rows[{rid}].results.peak_memory_kind", f"must be allocated or reserved, got {kind!r}")
+    reserved = _opt_number(res, "reserved_memory_gib", src, f"rows[{rid}].results")
+    return RunCase(rid, model, cluster, job, strategy, step, peak, states, acts, tuple(notes),
+                   measured_memory_kind=kind, measured_reserved_gib=reserved)
+
+
+def _int_of(d: dict, key: str, default: int | None, src: str, path: str) -> int:
+    """d[key] as an integer (None or missing: `default`, or an error naming the field when there is none)."""
+    v = d.get(key)
+    if v is None:
+        if default is None:
+            raise InputError(src, f"{path}.{key}", "required key is missing")
+        return default
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise InputError(src, f"{path}.{key}", f"expected an integer, got {v!r}")
+    return v
+
+
+def _count(d: dict, key: str, default: int | None, src: str, rid: str) -> int:
+    """A positive device count (at most MAX_DEVICES)."""
+    v = d.get(key)
+    if v is None or (v == 0 and default is not None):
+        if default is None:
+            raise InputError(src, f"rows[{rid}].hardware.{key}", "required key is missing")
+        return default
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 < v <= MAX_DEVICES:
+        raise InputError(src, f"rows[{rid}].hardware.{key}", f"must be an integer from 1 to {MAX_DEVICES:,}, "
+                         f"got {v!r}")
+    return v
 
 
 def load_runs(path: str | Path, catalog: Catalog) -> list[RunCase]:
@@ -218,4 +301,6 @@ def load_runs(path: str | Path, catalog: Catalog) -> list[RunCase]:
     src = str(path)
     if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list):
         raise InputError(src, "rows", "expected a mapping with a 'rows:' list")
-    return [case_from_row(r, catalog, src) for r in doc["rows"]]
+    if len(doc["rows"]) > MAX_RUN_ROWS:
+        raise InputError(src, "rows", f"{len(doc['rows']):,} rows exceed the limit of {MAX_RUN_ROWS:,}")
+    return [case_from_row(r, catalog, src, i) for i, r in enumerate(doc["rows"])]

@@ -45,6 +45,10 @@ def strategy_dict(s: StrategySpec, global_batch: int) -> dict:
         d["first_stage_layers"] = s.first_stage_layers
     if s.last_stage_layers is not None:
         d["last_stage_layers"] = s.last_stage_layers
+    if s.account_for_embedding:   # Megatron --account-for-embedding-in-pipeline-split (specs/strategy.py)
+        d["account_for_embedding"] = True
+    if s.account_for_loss:        # Megatron --account-for-loss-in-pipeline-split
+        d["account_for_loss"] = True
     return d
 
 
@@ -63,6 +67,8 @@ def estimate_dict(e: Estimate) -> dict:
         "breakdown_s": dict(e.breakdown_s),
         "memory_gib": dict(e.memory_gib),
         "memory_capacity_gib": e.capacity_gib,
+        "max_memory_frac": e.memory_frac,          # the fraction of device memory `fits` allows
+        "memory_margin_gib": e.memory_margin_gib,  # capacity x max_memory_frac - peak (negative: over)
         "micro_batches": e.micro_batches,
         "devices": e.devices,
         "bottleneck": e.bottleneck,

@@ -71,7 +71,7 @@ def cluster_from_dict(d: Any, src: str, resolve_chip: ChipResolver, *, check_sch
     for i, g in enumerate(graw):
         path = f"groups[{i}]"
         g = check_keys(g, src, path, {"name", "chip", "nodes", "devices_per_node"},
-                       {"scaleup_GBps", "scaleout_Gbps", "notes", "links", "profile"})
+                       {"scaleup_GBps", "scaleout_Gbps", "notes", "links", "profile", "price_usd_per_device_hour"})
         ref = g["chip"]
         if isinstance(ref, dict):
             from baige_plan.io.chips import chip_from_doc  # embedded chip (plan files)
@@ -81,7 +81,7 @@ def cluster_from_dict(d: Any, src: str, resolve_chip: ChipResolver, *, check_sch
             chip_ref = get_typed(g, "chip", src, path, (str,))
             chip = resolve_chip(chip_ref, src, f"{path}.chip")
         kw: dict[str, Any] = {}
-        for k in ("scaleup_GBps", "scaleout_Gbps"):
+        for k in ("scaleup_GBps", "scaleout_Gbps", "price_usd_per_device_hour"):
             if g.get(k) is not None:
                 kw[k] = float(get_typed(g, k, src, path, (int, float)))
         if "links" in g:
@@ -166,7 +166,7 @@ def _group_profile(ref: Any, src: str, field: str, chip_id: str, chip_ref: str |
         p = load_profile(path)
     else:
         raise InputError(src, field, f"expected a profile file path or an embedded profile, got {ref!r}")
-    if p.chip not in (chip_id, chip_ref):
+    if not p.fits_chip(chip_id, chip_ref):
         raise InputError(src, field, f"profile {p.name!r} was measured on chip {p.chip!r}, the group's chip is "
                          f"{chip_id!r}")
     return p

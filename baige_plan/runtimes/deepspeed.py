@@ -70,6 +70,7 @@ from __future__ import annotations
 
 import json
 
+from baige_plan.cost.memory import ALLOCATOR_SLACK, CUDA_CONTEXT_GIB, NCCL_FIRST_GIB, NCCL_GROUP_GIB
 from baige_plan.errors import SpecError
 from baige_plan.runtimes._common import (
     Export,
@@ -79,7 +80,7 @@ from baige_plan.runtimes._common import (
     hostfile_file,
     plan_info,
 )
-from baige_plan.specs.runtime import GradSync, RuntimeSpec
+from baige_plan.specs.runtime import GradSync, MemorySemantics, RuntimeSpec
 
 VERSION = "0.19.8"
 MEGATRON_DEEPSPEED = "microsoft/Megatron-DeepSpeed"
@@ -100,6 +101,24 @@ def _refusal(s, model, job) -> str | None:
                 "(deepspeed/runtime/engine.py DeepSpeedEngine._validate_zero3_moe_compatibility)")
     return None
 
+
+# What DeepSpeed allocates (cost/memory.py state_bytes; docs/COST_MODEL.md "Memory model"), deepspeed 0.19.8:
+MEMORY = MemorySemantics(
+    master="separate",     # 16-bit model params; fp32 master partition in the optimizer
+    grad_bytes_bf16=4,     # ZeRO-0/1 bf16: BF16_Optimizer (runtime/bf16_optimizer.py: fp32_groups_gradients_flat =
+                           # zeros_like(bf16 flat, grad_acc_dtype fp32), full size; the export sets grad_accum_dtype fp32)
+    grad_bytes_fp16=2,     # fp16: FP16_Optimizer / DeepSpeedZeroOptimizer keep fp16 gradients
+    grad_bytes_zero2=2,    # ZeRO-2/3: model-dtype gradients reduced into partitions (zero/stage_1_and_2.py,
+                           # zero/stage3.py)
+    step_grad_bytes=4,     # their step: fp32 gradient partition (single_partition_of_fp32_groups[i].grad)
+    zero3_reduce_bytes=2,  # ZeRO-3 reduce-scatters model-dtype gradients (zero/stage3.py ipg bucket, 16-bit)
+    zero3_prefetch_params=5e7,   # zero/config.py stage3_prefetch_bucket_size default 5e7 (the export sets none)
+    selective="core_attention", interleave_group="pp",
+    allocator_slack=ALLOCATOR_SLACK, context_gib=CUDA_CONTEXT_GIB, comm_first_gib=NCCL_FIRST_GIB,
+    comm_group_gib=NCCL_GROUP_GIB,
+    sources=("deepspeed/runtime/bf16_optimizer.py BF16_Optimizer._setup_for_real_optimizer",
+             "deepspeed/runtime/zero/stage_1_and_2.py DeepSpeedZeroOptimizer: fp32 partition, partitioned grads"),
+)
 
 RUNTIME = RuntimeSpec(
     name="deepspeed",
@@ -122,6 +141,7 @@ RUNTIME = RuntimeSpec(
     zero3_impl="deepspeed",
     zero3_gather=lambda pp: "micro_batch",
     grad_sync=_grad_sync,
+    memory=MEMORY,
     extra_refusal=_refusal,
     notes=("deepspeed/runtime/engine.py DeepSpeedEngine.allreduce_gradients: ZeRO-2/3 reduce every micro-batch "
            "(partition_gradients), ZeRO-0/1 only at the accumulation boundary",

@@ -132,6 +132,8 @@ RUNTIME = replace(
     package="flag-scale",
     version="0.8.0",
     heterogeneous=True,         # interleaving and cp: non-hetero mode only; shape_refusal refuses them in hetero mode
+    uneven_interleaved=False,   # not checked against FlagScale's Megatron fork: its export writes first/last
+    split_accounting=False,     # counts only, for vpp 1 (see the export below)
     notes=(f"FlagOpen/FlagScale@{COMMIT[:8]} flagscale/train/arguments.py FSTrainArguments.pre_validate_args",
            "flagscale/train/hetero/parallel_context.py RankMapper, ProcessMesh, ParallelContext",
            "heterogeneous plans: shape_refusal(pipelines) in this module"),

@@ -28,13 +28,21 @@ Space, verified against megatron-core 0.19.2 (paths inside the wheel):
   --microbatch-group-size-per-virtual-pipeline-stage = pp, core/model_parallel_config.py) within
   [pp, M] and M % group == 0 or >= pp: with the default, micro-batches % pp == 0 (the space's rule).
 - uneven first/last stages (--decoder-first/last-pipeline-num-layers; core/transformer/
-  transformer_config.py __post_init__ "Uneven PP"): the middle stages share the rest evenly; they
-  combine with interleaving when the first, last and per-middle-rank counts are divisible by vpp
-  (validate_args then requires --num-virtual-stages-per-pipeline-rank, not
-  --num-layers-per-virtual-pipeline-stage). The planner only splits unevenly when layers % pp != 0
-  and never with vpp > 1: narrower than Megatron, not wrong. Any other split is expressible with
-  --pipeline-model-parallel-layout (core/transformer/pipeline_parallel_layer_layout.py), which the
-  export uses for free-form splits.
+  transformer_config.py __post_init__ "Uneven PP", transformer_block.py get_num_layers_to_build): the
+  middle stages share the rest evenly; they combine with interleaving when the first, last and
+  per-middle-rank counts are each divisible by vpp (every chunk of a stage holds count/vpp layers;
+  validate_args then requires --num-virtual-stages-per-pipeline-rank, not
+  --num-layers-per-virtual-pipeline-stage). `uneven_interleaved`.
+- embedding / loss counted as pipeline layers (--account-for-embedding-in-pipeline-split,
+  --account-for-loss-in-pipeline-split, TransformerConfig fields exposed by the parser's
+  ArgumentGroupFactory): pp must divide layers + e + l and vpp the per-rank share; the first chunk of
+  the first stage (last chunk of the last stage) builds one transformer layer fewer. Refused together
+  with first/last counts (__post_init__ ValueError). What Megatron-Bridge's Llama 3.1 405B
+  (126 layers, pp 8, vpp 8 on H100) and Qwen3-235B-A22B (94 layers, pp 8, vpp 4) recipes set.
+  `split_accounting`. The planner searches both where layers % (pp·vpp) != 0 (search/space.py
+  uneven_splits); specs/strategy.py chunk_layers is Megatron's rule. Any other split is expressible
+  with --pipeline-model-parallel-layout (core/transformer/pipeline_parallel_layer_layout.py), which
+  the export uses for free-form splits.
 - CP (ring attention through Transformer Engine, --cp-comm-type p2p default): validate_args needs
   seq_length % (2·cp) == 0.
 - EP/ETP (MoE): validate_args needs experts % ep == 0; --expert-tensor-parallel-size defaults to tp
@@ -63,6 +71,7 @@ Execution semantics:
 
 from __future__ import annotations
 
+from baige_plan.cost.memory import ALLOCATOR_SLACK, CUDA_CONTEXT_GIB, NCCL_FIRST_GIB, NCCL_GROUP_GIB
 from baige_plan.runtimes._common import (
     Export,
     ExportFile,
@@ -71,7 +80,8 @@ from baige_plan.runtimes._common import (
     hostfile_file,
     plan_info,
 )
-from baige_plan.specs.runtime import GradSync, RuntimeSpec
+from baige_plan.specs.runtime import GradSync, MemorySemantics, RuntimeSpec
+from baige_plan.specs.strategy import split_fields
 
 VERSION = "0.19.2"
 MEGATRON_LM_REF = "core_r0.19.0"   # Megatron-LM release branch whose pretrain_gpt.py goes with the wheel
@@ -88,6 +98,31 @@ def _refusal(s, model, job) -> str | None:
     return None
 
 
+# What Megatron-core allocates (cost/memory.py state_bytes; docs/COST_MODEL.md "Memory model"), read at
+# NVIDIA/Megatron-LM main (d98e8a64, 2026):
+MEMORY = MemorySemantics(
+    master="separate",     # 16-bit params + fp32 main params in the optimizer (optimizer/optimizer.py
+                           # Float16OptimizerWithFloat16Params; distrib_optimizer.py shards them)
+    grad_bytes_bf16=4,     # grad buffer dtype = fp32 if grad_reduce_in_fp32 else param dtype (distributed/
+                           # param_and_grad_buffer.py group_params_for_buffers); training/arguments.py
+                           # validate_args turns accumulate_allreduce_grads_in_fp32 on for --bf16 (fp8 runs --bf16)
+    grad_bytes_fp16=2,     # ... and leaves it off for --fp16: fp16 grad buffer
+    step_grad_bytes=4,     # 16-bit buffer: the step's fp32 main grads (_copy_model_grads_to_main_grads .float())
+    selective="core_attention",   # --recompute-granularity selective: recompute_modules ["core_attn"]
+    fp8_gemm_inputs=True,  # fp8 through TE: transformer_engine/pytorch/module/linear.py saves the quantized input
+    fp8_weight_cache_bytes=2,   # TE caches the fp8 weight + its transpose while is_first_microbatch is passed
+                                # (core/extensions/transformer_engine.py TELinear; module/base.py weight workspace)
+    interleave_group="pp",  # pipeline_parallel/schedules.py get_pp_rank_microbatches with the default
+                            # microbatch_group_size_per_vp_stage = pp (core/model_parallel_config.py)
+    allocator_slack=ALLOCATOR_SLACK, context_gib=CUDA_CONTEXT_GIB, comm_first_gib=NCCL_FIRST_GIB,
+    comm_group_gib=NCCL_GROUP_GIB,
+    sources=("docs/user-guide/features/dist_optimizer.md: bytes/param 18 | 6 + 12/d (bf16 params, fp32 grads), "
+             "20 | 4 + 16/d (fp16 params and grads), d = the distributed optimizer's dp x cp group "
+             "(optimizer/__init__.py intra_dp_cp_group)",
+             "NeMo / Megatron-Bridge performance recipes set grad_reduce_in_fp32 False (bf16 buffer, 4 + 16/d): "
+             "not this runtime's default"),
+)
+
 RUNTIME = RuntimeSpec(
     name="megatron",
     title="Megatron-LM / Megatron-core (NeMo, Megatron-Bridge)",
@@ -100,6 +135,8 @@ RUNTIME = RuntimeSpec(
     expert_parallel=True,
     expert_tensor_parallel=True,
     uneven_split=True,
+    uneven_interleaved=True,
+    split_accounting=True,
     sequence_parallel="optional",
     recompute=("none", "selective", "full"),
     precisions=("bf16", "fp16", "fp8", "fp32", "tf32"),
@@ -109,6 +146,7 @@ RUNTIME = RuntimeSpec(
     zero3_impl="fsdp",
     zero3_gather=lambda pp: "micro_batch",
     grad_sync=_grad_sync,
+    memory=MEMORY,
     notes=("megatron/core/distributed/distributed_data_parallel.py: grad buffer, overlap_grad_reduce",
            "megatron/core/optimizer/distrib_optimizer.py: reduce-scatter grads, all-gather params",
            "megatron/training/arguments.py validate_args: the parser's rules (megatron-core 0.19.2)",
@@ -163,30 +201,32 @@ def pipeline_layout(counts: list[int], vpp: int) -> str:
     return "|".join(out)
 
 
-def _split_args(counts: list[int], vpp: int) -> tuple[list[tuple[str, object]], list[str]]:
-    """Pipeline split flags: nothing for an even split, first/last counts where Megatron's uneven split
-    expresses it, else an explicit layout. Also the vpp flag (never with a layout: validate_args
-    allows one of them)."""
+def _split_args(counts: list[int], vpp: int, account: tuple[bool, bool] = (False, False)
+                ) -> tuple[list[tuple[str, object]], list[str]]:
+    """Pipeline split flags: nothing for an even split, else Megatron's own rule that builds exactly these
+    stage counts with vpp chunks (specs/strategy.py split_fields: the plan's account_for_* flags first,
+    then first/last counts, then the accounting flags), else an explicit layout. Also the vpp flag (never
+    with a layout: validate_args allows one of them)."""
     pp = len(counts)
     vflag = [("--num-virtual-stages-per-pipeline-rank", vpp)] if vpp > 1 else []
-    if pp == 1 or len(set(counts)) == 1:
+    if pp == 1:
         return vflag, []
-    mid = counts[1:-1]
-    out: list[tuple[str, object]] = []
-    if not mid:
-        out = [("--decoder-first-pipeline-num-layers", counts[0]), ("--decoder-last-pipeline-num-layers", counts[-1])]
-    elif len(set(mid)) == 1:
-        if counts[0] != mid[0]:
-            out.append(("--decoder-first-pipeline-num-layers", counts[0]))
-        if counts[-1] != mid[0]:
-            out.append(("--decoder-last-pipeline-num-layers", counts[-1]))
-    divisible = all(c % vpp == 0 for c in counts)
-    if out and divisible:
+    kw = split_fields(counts, vpp, account)
+    if kw is not None:
+        out: list[tuple[str, object]] = []
+        if kw["first_stage_layers"] is not None:
+            out.append(("--decoder-first-pipeline-num-layers", kw["first_stage_layers"]))
+        if kw["last_stage_layers"] is not None:
+            out.append(("--decoder-last-pipeline-num-layers", kw["last_stage_layers"]))
+        if kw["account_for_embedding"]:
+            out.append(("--account-for-embedding-in-pipeline-split", None))
+        if kw["account_for_loss"]:
+            out.append(("--account-for-loss-in-pipeline-split", None))
         return vflag + out, []
     caveats = []
-    if not divisible:
-        caveats.append(f"layer split {counts} with vpp={vpp}: stage layer counts are not divisible by vpp, so "
-                       "Megatron's uneven split cannot interleave it; exported as an explicit "
+    if vpp > 1:
+        caveats.append(f"layer split {counts} with vpp={vpp}: no first/last or embedding/loss accounting rule of "
+                       "Megatron builds these stage counts with interleaving; exported as an explicit "
                        "--pipeline-model-parallel-layout whose chunks within a stage differ by at most one layer")
     return [("--pipeline-model-parallel-layout", pipeline_layout(counts, vpp))], caveats
 
@@ -248,7 +288,8 @@ def megatron_args(doc: dict) -> tuple[list[tuple[str, object]], list[str], list[
         a += [("--expert-model-parallel-size", ep), ("--expert-tensor-parallel-size", etp)]
     elif ep > 1 or etp > 1:
         caveats.append(f"ep={ep}, etp={etp} on a dense model: Megatron has no experts to split; not exported")
-    split, split_caveats = _split_args(counts, vpp)
+    split, split_caveats = _split_args(counts, vpp, (bool(s.get("account_for_embedding")),
+                                                     bool(s.get("account_for_loss"))))
     a += split
     caveats += split_caveats
     if zero >= 2:

@@ -44,8 +44,9 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
+from baige_plan.cost.memory import ALLOCATOR_SLACK, CUDA_CONTEXT_GIB, NCCL_FIRST_GIB, NCCL_GROUP_GIB
 from baige_plan.runtimes._common import Export, ExportFile, common_caveats, hostfile_file, plan_info
-from baige_plan.specs.runtime import GradSync, RuntimeSpec
+from baige_plan.specs.runtime import GradSync, MemorySemantics, RuntimeSpec
 
 RUNTIME_VERSION = "1.2.0"     # paddleformers (RUNTIME.version)
 PADDLE_VERSION = "3.3.1"      # paddlepaddle the pinned paddleformers runs on (and check_paddle.py uses)
@@ -105,6 +106,19 @@ def _extra_refusal(s, model=None, job=None) -> str | None:
     return None
 
 
+# What PaddleFormers allocates as the export runs it (cost/memory.py state_bytes): AMP O2 with 16-bit parameters and
+# fp32 master weights and moments in the optimizer, and amp_master_grad True (set by the export): fp32 weight
+# gradients after the backward (paddleformers/trainer/training_args.py TrainingArguments.amp_master_grad).
+# Paddle's own allocator (auto_growth) was not measured: PyTorch's caching-allocator and CUDA/NCCL figures are used.
+MEMORY = MemorySemantics(
+    master="separate", grad_bytes_bf16=4, grad_bytes_fp16=4, step_grad_bytes=0,
+    selective="core_attention", interleave_group="pp",   # PipelineParallelWithInterleave warm-up = Megatron's
+    allocator_slack=ALLOCATOR_SLACK, context_gib=CUDA_CONTEXT_GIB, comm_first_gib=NCCL_FIRST_GIB,
+    comm_group_gib=NCCL_GROUP_GIB,
+    sources=("paddleformers/trainer/training_args.py amp_master_grad", "baige_plan/runtimes/paddle.py export: "
+             "fp16_opt_level O2, amp_master_grad True"),
+)
+
 RUNTIME = RuntimeSpec(
     name="paddle",
     title="PaddlePaddle hybrid parallel (PaddleFormers Trainer)",
@@ -126,6 +140,7 @@ RUNTIME = RuntimeSpec(
     zero3_impl="fsdp",
     zero3_gather=lambda pp: "micro_batch",
     grad_sync=_grad_sync,
+    memory=MEMORY,
     notes=(f"paddleformers 1.2.0 on paddlepaddle {PADDLE_VERSION}",
            "paddleformers/trainer/training_args.py:TrainingArguments.__post_init__: sharding stage2/3 refused "
            "with pipeline parallel; _post_init_parallel_degree: ep needs data_parallel_size 1, etp 1",

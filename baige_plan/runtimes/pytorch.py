@@ -9,8 +9,20 @@ backtest uses it so that our runs are costed as they were executed.
 
 from __future__ import annotations
 
+from baige_plan.cost.memory import ALLOCATOR_SLACK, CUDA_CONTEXT_GIB, NCCL_FIRST_GIB, NCCL_GROUP_GIB
 from baige_plan.runtimes._common import Export
-from baige_plan.specs.runtime import GradSync, RuntimeSpec
+from baige_plan.specs.runtime import GradSync, MemorySemantics, RuntimeSpec
+
+# What the harness allocates (benchmarks/real/harness.py; cost/memory.py state_bytes): fp32 parameters, grads and
+# AdamW states; bf16 autocast keeps each weight's cast for its backward (DDP, TP, PP); FSDP2 fully_shard with
+# MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) gathers bf16 blocks instead.
+MEMORY = MemorySemantics(
+    master="params", autocast_fp32_params=True, zero3_param_bytes=2, zero3_reduce_bytes=4,
+    selective="core_attention", interleave_group="pp",
+    allocator_slack=ALLOCATOR_SLACK, context_gib=CUDA_CONTEXT_GIB, comm_first_gib=NCCL_FIRST_GIB,
+    comm_group_gib=NCCL_GROUP_GIB,
+    sources=("benchmarks/real/harness.py: torch.autocast(bfloat16) over fp32 modules; fully_shard(mp_policy=mp)",),
+)
 
 RUNTIME = RuntimeSpec(
     name="pytorch",
@@ -33,6 +45,7 @@ RUNTIME = RuntimeSpec(
     zero3_impl="fsdp",
     zero3_gather=lambda pp: "micro_batch",
     grad_sync=lambda zero, pp: GradSync(grads="step", overlap="backward", params="none"),
+    memory=MEMORY,
 )
 
 

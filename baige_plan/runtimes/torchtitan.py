@@ -63,9 +63,10 @@ import textwrap
 from dataclasses import dataclass
 from functools import lru_cache
 
+from baige_plan.cost.memory import ALLOCATOR_SLACK, CUDA_CONTEXT_GIB, NCCL_FIRST_GIB, NCCL_GROUP_GIB
 from baige_plan.errors import SpecError
 from baige_plan.runtimes._common import Export, ExportFile, common_caveats, hostfile_file, plan_info
-from baige_plan.specs.runtime import GradSync, RuntimeSpec
+from baige_plan.specs.runtime import GradSync, MemorySemantics, RuntimeSpec
 
 VERSION = "0.3.0"
 TORCH_VERSION = "2.14.1"
@@ -221,6 +222,26 @@ def _refusal(s, model, job) -> str | None:
     return None
 
 
+# What torchtitan allocates (cost/memory.py state_bytes; docs/COST_MODEL.md "Memory model"):
+MEMORY = MemorySemantics(
+    master="params",       # fp32 model parameters, FSDP2-sharded (they are the optimizer's params), AdamW m, v
+    fsdp_always=True,      # parallelize_llama always applies FSDP2 (ZeRO-0 = a shard group of one)
+    zero3_param_bytes=2,   # MixedPrecisionPolicy(param_dtype=training.mixed_precision_param, default bfloat16)
+    zero3_reduce_bytes=4,  # ... reduce_dtype=training.mixed_precision_reduce, default float32
+    pipeline_grad_bytes=4,  # pipelining skips gradient sync until the last micro-batch: FSDPParam.
+                            # to_accumulated_grad_if_needed upcasts the unsharded grads to reduce_dtype (fp32)
+    selective="op_sac",    # activation_checkpoint selective (op): save every other mm + SDPA outputs
+    loss="eager_fp32",     # train.py loss_fn: cross_entropy(pred.float()), never compiled; loss_parallel with TP
+    interleave_group="pp",  # torch pipelining ScheduleInterleaved1F1B: microbatches_per_round = pp (m % pp == 0)
+    allocator_slack=ALLOCATOR_SLACK, context_gib=CUDA_CONTEXT_GIB, comm_first_gib=NCCL_FIRST_GIB,
+    comm_group_gib=NCCL_GROUP_GIB,
+    sources=("torchtitan config manager: training.mixed_precision_param bfloat16 / mixed_precision_reduce "
+             "float32 (config_manager.py at 9dec370; config/configs.py in 0.3.0)",
+             "torch/distributed/fsdp/_fully_shard/_fsdp_param.py FSDPParam.to_accumulated_grad_if_needed",
+             "torchtitan parallelisms/parallelize_llama.py _apply_ac_to_transformer_block (_save_list, mm_count)",
+             "torchtitan metrics.py DeviceMemoryMonitor: the logged 'memory' is max reserved, GiB"),
+)
+
 RUNTIME = RuntimeSpec(
     name="torchtitan",
     title="torchtitan (FSDP2/HSDP, TP+SP, pipelining schedules, CP, EP)",
@@ -242,6 +263,7 @@ RUNTIME = RuntimeSpec(
     zero3_impl="fsdp",
     zero3_gather=lambda pp: "micro_batch" if pp == 1 else "step",
     grad_sync=_grad_sync,
+    memory=MEMORY,
     extra_refusal=_refusal,
     notes=("torch/distributed/pipelining/stage.py backward_maybe_with_nosync, perform_reduce_grad",
            "torchtitan/trainer.py Trainer.train_step: backward per micro-batch without no_sync",

@@ -24,17 +24,22 @@ from baige_plan import runtimes
 from baige_plan.cost import collectives as C
 from baige_plan.cost.compute import ChipRates
 from baige_plan.cost.estimate import (
+    DEEPSPEED_COLLECTIVES_PER_LAYER,
     ZERO3_COLLECTIVES_PER_LAYER,
     ZERO3_OVERLAP,
     adam_bytes_per_param,
     stage_cost,
 )
+from baige_plan.cost.execution import EAGER
 from baige_plan.cost.memory import (
     FP32_PRECISIONS,
-    FRAMEWORK_RESERVE_GIB,
     GIB,
+    comm_groups,
+    inflight_microbatches,
     layer_activation_bytes,
-    precision_state_bytes,
+    loss_bytes_per_logit,
+    reserve_bytes,
+    state_bytes,
     weight_bytes,
 )
 from baige_plan.cost.params import layer_params_split
@@ -67,12 +72,23 @@ def _stage_rows(pp: int) -> tuple[int, ...]:
     return tuple(sorted({0, min(1, pp - 1), pp - 1}))
 
 
-def _split(model: ModelSpec, pp: int, first: int, last: int) -> list[tuple[int, int]]:
-    s = StrategySpec(pp=pp, first_stage_layers=first or None, last_stage_layers=last or None)
+def _split(model: ModelSpec, pp: int, first: int, last: int, account: int = 0) -> list[tuple[int, int]]:
+    s = StrategySpec(pp=pp, first_stage_layers=first or None, last_stage_layers=last or None,
+                     account_for_embedding=bool(account & 1), account_for_loss=bool(account & 2))
     out, f = [], 0
     for n in stage_layers(s, model.layers):
         out.append((f, n))
         f += n
+    return out
+
+
+def _by_zero(mem, precision: str, zero: np.ndarray, shards: np.ndarray) -> list[np.ndarray]:
+    """cost/memory.py state_bytes per row (zero varies by row)."""
+    out = [np.zeros(len(zero)) for _ in range(4)]
+    for z in np.unique(zero).astype(int).tolist():
+        sel = zero == z
+        for i, v in enumerate(state_bytes(mem, precision, z, shards)):
+            out[i] = np.where(sel, v, out[i])
     return out
 
 
@@ -90,13 +106,13 @@ class Bounds:
         from baige_plan.cost.measured import profile_bound_factors
         self.act_lb, self.opt_lb = profile_bound_factors(model, group, job, self.knobs)
 
-    # -- per (tp, ep, etp, pp, first, last): params and layer counts of stages 0, 1, pp-1 ----------
+    # -- per (tp, ep, etp, pp, first, last, account): params and layer counts of stages 0, 1, pp-1 --
     def _param_table(self, key: tuple[int, ...]) -> np.ndarray:
-        tp, ep, etp, pp, first, last = key
+        tp, ep, etp, pp, first, last, account = key
         m = self.model
         emb = m.vocab * m.hidden / tp
         rows = []
-        split = _split(m, pp, first, last)
+        split = _split(m, pp, first, last, account)
         dl, el = layer_params_split(m, False)
         ml = layer_params_split(m, True) if m.moe else (0, 0)
         for i in _stage_rows(pp):
@@ -117,7 +133,7 @@ class Bounds:
 
     def _params(self, a: np.ndarray) -> np.ndarray:
         """(N, 3 stages, 7) table: stage index, layers, dense layers, moe layers, dense/expert/emb params."""
-        uniq, inv = _unique_rows(a, ("tp", "ep", "etp", "pp", "first", "last"))
+        uniq, inv = _unique_rows(a, ("tp", "ep", "etp", "pp", "first", "last", "account"))
         tab = np.stack([self._param_table(tuple(int(x) for x in k)) for k in uniq])
         return tab[inv]
 
@@ -130,10 +146,13 @@ class Bounds:
         for tp, cp, sp, rec, att in uniq.tolist():
             std = ATTENTION[att] == "standard"
             r = RECOMPUTE[rec]
-            d = layer_activation_bytes(m, seq, 1, tp, cp, bool(sp), r, std, False, ab)
-            mo = layer_activation_bytes(m, seq, 1, tp, cp, bool(sp), r, std, True, ab) if m.moe else 0.0
+            sel = self.runtime.memory.selective
+            f8 = self.rates.dtype == "fp8" and self.runtime.memory.fp8_gemm_inputs
+            d = layer_activation_bytes(m, seq, 1, tp, cp, bool(sp), r, std, False, ab, selective=sel, fp8_gemm_inputs=f8)
+            mo = layer_activation_bytes(m, seq, 1, tp, cp, bool(sp), r, std, True, ab, selective=sel,
+                                        fp8_gemm_inputs=f8) if m.moe else 0.0
             full = 0.0
-            if r == "full":
+            if r == "full" or (r == "selective" and sel == "op_sac"):
                 full = layer_activation_bytes(m, seq, 1, tp, cp, bool(sp), "none", std, False, ab)
                 if m.moe:
                     full = (full, layer_activation_bytes(m, seq, 1, tp, cp, bool(sp), "none", std, True, ab))
@@ -142,10 +161,12 @@ class Bounds:
         return np.array(out, dtype=np.float64).reshape(-1, 4)[inv]
 
     def memory_gib(self, a: np.ndarray) -> np.ndarray:
-        """Peak memory per device (GiB) of every row, max over stages 0, 1 and pp-1."""
+        """Peak memory per device (GiB) of every row, max over stages 0, 1 and pp-1, with the runtime's
+        memory semantics (specs/runtime.py MemorySemantics) as estimate.stage_cost applies them."""
         if len(a) == 0:
             return np.zeros(0)
         m, job, ab = self.model, self.job, self.rates.act_bytes
+        mem = self.runtime.memory
         tp, pp, dp, cp, ep, etp, zero, mb, vpp, sp, rec = (x.astype(np.float64) for x in _cols(
             a, "tp", "pp", "dp", "cp", "ep", "etp", "zero", "micro_batch", "vpp", "sp", "recompute"))
         P = self._params(a)
@@ -154,41 +175,51 @@ class Bounds:
         dpd = dp * cp
         edp = tp * cp * dp / (ep * etp)
         eager = self.runtime.execution == "eager"
-        # model-state bytes per parameter as estimate.stage_cost counts them for this precision
-        wb = weight_bytes(job.precision)
-        w0, gb, k0 = precision_state_bytes(job.precision, self.runtime.grad_bytes)
-        if eager:
-            # eager PyTorch (estimate._eager_states): fp32 master 4 B (+2 B bf16 copy unless sharded
-            # or fp32/tf32), fp32 grads 4 B, AdamW 8 B; all sharded under FSDP (zero 3)
-            wf = 4.0 if job.precision in FP32_PRECISIONS else 6.0
-            w, g, k = (np.where(zero >= 3, b / dpd, full) for b, full in ((4, wf), (4, 4.0), (8, 8.0)))
-            we, ge, ke = (np.where(zero >= 3, b / edp, full) for b, full in ((4, wf), (4, 4.0), (8, 8.0)))
-        else:
-            w = np.where(zero >= 3, w0 / dpd, w0)
-            g = np.where(zero >= 2, gb / dpd, gb)
-            k = np.where(zero >= 1, k0 / dpd, k0)
-            we = np.where(zero >= 3, w0 / edp, w0)
-            ge = np.where(zero >= 2, gb / edp, gb)
-            ke = np.where(zero >= 1, k0 / edp, k0)
+        fp32 = job.precision in FP32_PRECISIONS
+        # model-state bytes per parameter as estimate.stage_cost counts them (cost/memory.py state_bytes)
+        w, g, k, st = _by_zero(mem, job.precision, zero, dpd)
+        we, ge, ke, ste = _by_zero(mem, job.precision, zero, edp)
+        pb = 4.0 if fp32 else float(mem.zero3_param_bytes)
+        rb = 4.0 if fp32 else float(mem.zero3_reduce_bytes)
+        fsdp = (zero >= 3) | bool(mem.fsdp_always)
+        # stage-resident unsharded params + accumulated grads (pipelining + FSDP2): never below the gathered units
+        step_gather = fsdp & (pp > 1) & np.array([self.runtime.zero3_gather(int(x)) == "step" for x in pp], dtype=bool)
         tokens = mb * job.seq_len / cp
-        full = rec == RECOMPUTE.index("full")
+        keep_working = (rec == RECOMPUTE.index("full")) | (
+            (rec == RECOMPUTE.index("selective")) & (mem.selective == "op_sac"))
+        per_logit = np.array([loss_bytes_per_logit(mem.loss, self.runtime.execution, int(t), ab,
+                                                   EAGER.extra_loss_activation_bytes_per_logit) for t in tp])
+        groups = comm_groups(tp, cp, dp, pp, ep, etp)
+        per_layer = DEEPSPEED_COLLECTIVES_PER_LAYER if self.runtime.zero3_impl == "deepspeed" else \
+            ZERO3_COLLECTIVES_PER_LAYER
         best = np.zeros(len(a))
         for j in range(3):
             idx, n, nd, nm, dense, expert, emb = (P[:, j, c] for c in range(7))
-            states = dense * (w + k) + expert * (we + ke)
+            weights = dense * w + expert * we
             grads = dense * g + expert * ge
+            optim = dense * k + expert * ke
+            step_copy = dense * st + expert * ste
             layer_full = np.maximum(dense + expert - emb, 0.0) / np.maximum(n, 1)
-            states += np.where(zero >= 3, 2 * wb * layer_full / ZERO3_COLLECTIVES_PER_LAYER, 0.0)
-            held = np.minimum(pp - idx, micro)
-            inflight = np.where(pp == 1, 1.0, np.where(vpp > 1, held * (1 + (pp - 1) / (pp * vpp)), held))
+            if job.precision == "fp8":
+                weights = weights + mem.fp8_weight_cache_bytes * np.maximum(dense + expert - emb, 0.0)
+            unit = np.maximum(layer_full / per_layer, np.where(emb > 0, m.vocab * m.hidden / tp, 0.0))
+            ahead = unit if mem.zero3_prefetch_params is None else np.minimum(unit, mem.zero3_prefetch_params)
+            weights += np.where(step_gather, pb * (dense + expert), np.where(fsdp, pb * (unit + ahead), 0.0))
+            grads += np.where(step_gather, (4.0 if fp32 else mem.pipeline_grad_bytes) * (dense + expert),
+                              np.where(fsdp, (pb + rb) * unit, 0.0))
+            inflight = inflight_microbatches(pp, vpp, micro, idx)
             act = mb * (nd * A[:, 0] + nm * A[:, 1]) * inflight
-            act += np.where(full, mb * np.maximum(np.where(nd > 0, A[:, 2], 0), np.where(nm > 0, A[:, 3], 0)), 0)
+            act += np.where(keep_working, mb * np.maximum(np.where(nd > 0, A[:, 2], 0), np.where(nm > 0, A[:, 3], 0)),
+                            0)
             act += np.where(idx == 0, tokens * m.hidden * ab / np.where(sp > 0, tp, 1), 0.0)
-            act += np.where(idx == pp - 1, tokens * m.vocab / tp * (4 + ab), 0.0)
+            act += np.where(idx == pp - 1, tokens * m.vocab / tp * per_logit, 0.0)
             act = act * self.act_lb
             # eager without DDP buckets holds the larger of grads and activations (estimate.stage_cost)
-            held_ga = np.maximum(grads, act) if eager else grads + act
-            best = np.maximum(best, (states + held_ga) / GIB + FRAMEWORK_RESERVE_GIB)
+            if eager:
+                grads, act = np.where(grads > act, grads, 0.0), np.where(grads > act, 0.0, act)
+            optim = optim + np.maximum(0.0, step_copy - act)
+            alloc = weights + grads + optim + act
+            best = np.maximum(best, (alloc + reserve_bytes(mem, alloc, groups)) / GIB)
         return best
 
     # -- per (tp, cp, mb, sp, ep, etp, attention, recompute'): per-layer time --------------------

@@ -10,15 +10,16 @@ set of candidates).
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 from baige_plan import runtimes
 from baige_plan.cost.estimate import Estimate, estimate
 from baige_plan.errors import SpecError
-from baige_plan.search.space import Bounds, Cand, Pins, from_strategy, uneven_splits
+from baige_plan.search.space import Bounds, Cand, Pins, from_strategy, split_family
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
-from baige_plan.specs.strategy import RECOMPUTE, StrategySpec, check_strategy
+from baige_plan.specs.strategy import RECOMPUTE, StrategySpec, check_strategy, stage_layers
 from baige_plan.specs.topology import ClusterSpec
 
 
@@ -32,11 +33,10 @@ def space_rules_ok(s: StrategySpec, model: ModelSpec, dpn: int, bounds: Bounds, 
         return False
     if model.moe is not None and s.etp > (bounds.max_tp or dpn):
         return False
-    uneven = s.first_stage_layers is not None or s.last_stage_layers is not None
-    if uneven:
-        split = (s.first_stage_layers or 0, s.last_stage_layers or 0)
-        if model.layers % s.pp == 0 or split not in uneven_splits(model.layers, s.pp):
-            return False
+    split = (s.vpp, s.first_stage_layers or 0, s.last_stage_layers or 0,
+             int(s.account_for_embedding) | 2 * int(s.account_for_loss))
+    if split not in split_family(model.layers, s.pp, bounds.runtime, pins):
+        return False
     for k in ("tp", "pp", "dp", "cp", "ep", "etp", "zero", "micro_batch", "vpp", "recompute"):
         v = getattr(pins, k)
         if v is not None and getattr(s, k) != v:
@@ -56,8 +56,24 @@ def oracle_space(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, bounds: B
     rng = range(1, n + 1)
     moe = model.moe is not None
     out = []
-    splits = [(None, None)] + [(f, la) for f in [None, *range(1, L + 1)] for la in [None, *range(1, L + 1)]
-                               if (f, la) != (None, None)]
+    splits = [(None, None, False, False)] + [(f, la, False, False) for f in [None, *range(1, L + 1)]
+                                             for la in [None, *range(1, L + 1)] if (f, la) != (None, None)]
+    splits += [(None, None, e, lo) for e in (False, True) for lo in (False, True) if e or lo]
+
+    @functools.cache
+    def layer_splits(pp: int, vpp: int) -> list:
+        """The splits whose layer counts Megatron's rule accepts for (pp, vpp) (what check_strategy's
+        stage_layers would refuse anyway, hoisted out of the product for speed)."""
+        ok = []
+        for first, last, acc_e, acc_l in (splits if pp > 1 else splits[:1]):
+            try:
+                stage_layers(StrategySpec(pp=pp, vpp=vpp, first_stage_layers=first, last_stage_layers=last,
+                                          account_for_embedding=acc_e, account_for_loss=acc_l), L)
+            except SpecError:
+                continue
+            ok.append((first, last, acc_e, acc_l))
+        return ok
+
     for tp, pp, cp in itertools.product(rng, rng, rng):
         if n % (tp * pp * cp):
             continue
@@ -65,11 +81,12 @@ def oracle_space(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, bounds: B
         for ep, etp in itertools.product(rng if moe else [1], rng if moe else [1]):
             for mb, vpp, zero, rec, sp in itertools.product(range(1, job.global_batch // dp + 1), range(1, L + 1),
                                                             range(4), RECOMPUTE, (True, False)):
-                for first, last in (splits if vpp == 1 and pp > 1 else [(None, None)]):
+                for first, last, acc_e, acc_l in layer_splits(pp, vpp):
                     try:
                         s = StrategySpec(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, zero=zero, micro_batch=mb,
                                          vpp=vpp, recompute=rec, sequence_parallel=sp, attention=pins.attention,
                                          first_stage_layers=first, last_stage_layers=last,
+                                         account_for_embedding=acc_e, account_for_loss=acc_l,
                                          **runtimes.knobs(bounds.runtime))
                         check_strategy(s, model, job, n)
                     except SpecError:

@@ -4,8 +4,9 @@ recompute, sequence parallel, layer split) for a model, a one-group cluster and 
 Rules (the same ones `specs.strategy.check_strategy` enforces, plus the space's own):
   world: tp·pp·cp·dp = devices; tp divides heads, kv_heads, ffn_hidden; tp <= max_tp (default
   devices per node) and, when tp <= devices per node, tp divides it (TP groups never straddle nodes);
-  layers: split evenly over pp·vpp, or, only when layers % pp != 0 (vpp 1), Megatron's uneven
-  first/last split (`uneven_splits`); batch: global_batch % (dp·micro_batch) == 0; cp: seq_len %
+  layers: split evenly over pp·vpp, or, only when layers % (pp·vpp) != 0, Megatron's uneven first/last
+  split or its embedding/loss accounting, interleaved where the runtime runs that (`uneven_splits`,
+  `split_family`); batch: global_batch % (dp·micro_batch) == 0; cp: seq_len %
   (2·cp) == 0; SP (tp > 1 only): (seq_len/cp) % tp == 0; MoE: experts % ep, ep | tp·cp·dp/etp,
   expert_ffn_hidden % etp, etp <= max_tp; vpp > 1 needs micro-batches % pp == 0.
   Attention stays "flash" unless pinned. Pins fix a dimension; bounds cap tp, pp, cp, micro-batch.
@@ -15,6 +16,8 @@ A candidate is a plain tuple (`Cand`), sortable: the deterministic tie-break of 
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -22,15 +25,17 @@ import numpy as np
 
 from baige_plan import runtimes
 from baige_plan.errors import SpecError
+from baige_plan.limits import MAX_CANDIDATES, MAX_DEVICES
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
-from baige_plan.specs.strategy import ATTENTION, RECOMPUTE, StrategySpec
+from baige_plan.specs.strategy import ATTENTION, RECOMPUTE, StrategySpec, chunk_layers
 
-# (tp, pp, dp, cp, ep, etp, zero, micro_batch, vpp, recompute index, sp 0/1, first, last, attention index)
-# all ints; first/last = 0 means "not set" (even split). Sorting these tuples is the tie-break.
+# (tp, pp, dp, cp, ep, etp, zero, micro_batch, vpp, recompute index, sp 0/1, first, last, attention index,
+# account) all ints; first/last = 0 means "not set" (even split); account: bit 1 the embedding, bit 2 the loss
+# counted as a pipeline layer (Megatron account_for_*). Sorting these tuples is the tie-break.
 Cand = tuple
 FIELDS = ("tp", "pp", "dp", "cp", "ep", "etp", "zero", "micro_batch", "vpp", "recompute", "sp", "first", "last",
-          "attention")
+          "attention", "account")
 COL = {k: i for i, k in enumerate(FIELDS)}
 
 
@@ -67,29 +72,120 @@ class Pins:
     recompute: str | None = None
     sequence_parallel: bool | None = None
     attention: str = "flash"
+    # the layer split: first/last stage layer counts, or embedding/loss accounting (None: searched)
+    first_stage_layers: int | None = None
+    last_stage_layers: int | None = None
+    account_for_embedding: bool | None = None
+    account_for_loss: bool | None = None
+
+    @property
+    def split_pinned(self) -> bool:
+        return self.first_stage_layers is not None or self.last_stage_layers is not None or \
+            bool(self.account_for_embedding) or bool(self.account_for_loss)
 
 
 def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
-def uneven_splits(layers: int, pp: int) -> list[tuple[int, int]]:
-    """(first, last) stage layer counts (0 = not set) when layers % pp != 0: the last stage, or the
-    first and last stages together, take x layers, x within 2 of layers/pp, the middle stages an
-    equal share >= x (Megatron --decoder-first/last-pipeline-num-layers)."""
-    if pp < 2 or layers % pp == 0:
+    """The divisors of n, ascending: trial division up to sqrt(n), O(sqrt n) (n is a device count, a
+    batch or a layer count, bounded by baige_plan/limits.py)."""
+    if n < 1:
         return []
-    out = []
-    lo, hi = max(1, layers // pp - 2), -(-layers // pp)
-    for x in range(lo, hi + 1):
-        rest = layers - x
-        if rest % (pp - 1) == 0 and rest // (pp - 1) >= x:
-            out.append((0, x))
-        if pp > 2:
-            rest = layers - 2 * x
-            if rest > 0 and rest % (pp - 2) == 0 and rest // (pp - 2) >= x:
-                out.append((x, x))
+    small, large = [], []
+    for d in range(1, math.isqrt(n) + 1):
+        if n % d == 0:
+            small.append(d)
+            if d * d != n:
+                large.append(n // d)
+    return small + large[::-1]
+
+
+def uneven_splits(layers: int, pp: int, vpp: int = 1, first_last: bool = True, accounting: bool = False
+                  ) -> list[tuple[int, int, int]]:
+    """(first, last, account) splits when layers % (pp·vpp) != 0 (first/last 0 = not set; account bit 1 the
+    embedding, bit 2 the loss counted as a layer). first_last: the last stage, or the first and last stages
+    together, take x layers, x within 2 of layers/pp, the middle stages an equal share >= x (Megatron
+    --decoder-first/last-pipeline-num-layers); with vpp > 1 x and the share are multiples of vpp.
+    accounting: the embedding, the loss or both count as one layer of the first/last stage, pp divides
+    layers + those and vpp the per-stage share (--account-for-embedding/loss-in-pipeline-split); one whose
+    stage counts a first/last split above already gives is left out (the same cost)."""
+    if pp < 2 or layers % (pp * vpp) == 0:
+        return []
+    out: list[tuple[int, int, int]] = []
+    seen: set[tuple[int, ...]] = set()   # stage counts of the first/last splits
+    if first_last:
+        lo, hi = max(1, layers // pp - 2), -(-layers // pp)
+        for x in range(lo, hi + 1):
+            if x % vpp:
+                continue
+            rest = layers - x
+            share = rest // (pp - 1)
+            if rest % (pp - 1) == 0 and share >= x and share % vpp == 0:
+                out.append((0, x, 0))
+                seen.add((share,) * (pp - 1) + (x,))
+            if pp > 2:
+                rest = layers - 2 * x
+                share = rest // (pp - 2)
+                if rest > 0 and rest % (pp - 2) == 0 and share >= x and share % vpp == 0:
+                    out.append((x, x, 0))
+                    seen.add((x,) + (share,) * (pp - 2) + (x,))
+    if accounting:
+        for acc in (1, 2, 3):
+            e, lo_ = acc & 1, acc >> 1
+            total = layers + e + lo_
+            per = total // pp
+            if total % pp or per % vpp or per < 2:   # at least one transformer layer per stage
+                continue
+            counts = (per - e,) + (per,) * (pp - 2) + (per - lo_,)
+            if counts not in seen:
+                out.append((0, 0, acc))
     return out
+
+
+def split_family(layers: int, pp: int, runtime: str, pins: Pins = Pins()) -> tuple[tuple[int, int, int, int], ...]:
+    """Every (vpp, first, last, account) layer split the space holds for `pp`: the even split over pp·vpp
+    (vpp | layers/pp), else `uneven_splits` (vpp 1, and vpp > 1 where the runtime interleaves them), as the
+    runtime runs them. A pinned split (first/last counts or accounting flags) replaces the family: it is
+    kept for every vpp Megatron's rule (specs/strategy.py chunk_layers) accepts it with."""
+    return _split_family(layers, pp, runtime, pins.first_stage_layers, pins.last_stage_layers,
+                         pins.account_for_embedding, pins.account_for_loss)
+
+
+@functools.lru_cache(maxsize=4096)
+def _split_family(layers: int, pp: int, runtime: str, first: int | None, last: int | None,
+                  acc_e: bool | None, acc_l: bool | None) -> tuple[tuple[int, int, int, int], ...]:
+    rt = runtimes.get(runtime)
+    vmax = -(-layers // pp) + 1 if pp > 1 and rt.interleaved else 1
+    out: list[tuple[int, int, int, int]] = []
+    if first is not None or last is not None or acc_e or acc_l:
+        if pp < 2:
+            return ()
+        f, la = first or 0, last or 0
+        acc = (1 if acc_e else 0) | (2 if acc_l else 0)
+        if (f or la) and (acc or not rt.uneven_split):
+            return ()
+        if acc and not rt.split_accounting:
+            return ()
+        for v in range(1, vmax + 1):
+            if v > 1 and (f or la) and not rt.uneven_interleaved:
+                continue
+            try:
+                chunk_layers(StrategySpec(pp=pp, vpp=v, first_stage_layers=first, last_stage_layers=last,
+                                          account_for_embedding=bool(acc_e), account_for_loss=bool(acc_l)), layers)
+            except SpecError:
+                continue
+            out.append((v, f, la, acc))
+        return tuple(out)
+    for v in range(1, vmax + 1):
+        if pp > 1 and layers % (pp * v) == 0:
+            out.append((v, 0, 0, 0))
+        elif pp == 1 and v == 1:
+            out.append((1, 0, 0, 0))
+        elif rt.uneven_split:
+            fl = v == 1 or rt.uneven_interleaved
+            for f, la, acc in uneven_splits(layers, pp, v, first_last=fl, accounting=rt.split_accounting):
+                if (acc & 1 and acc_e is False) or (acc & 2 and acc_l is False):
+                    continue
+                out.append((v, f, la, acc))
+    return tuple(out)
 
 
 def _pick(pin, values):
@@ -103,6 +199,8 @@ def enumerate_space(model: ModelSpec, devices: int, devices_per_node: int, job: 
     splits, sequence-parallel rule and recompute modes prune the loops; its extra rules (e.g.
     DeepSpeed-MoE without the PipelineEngine) are checked per candidate."""
     rt = runtimes.get(bounds.runtime)
+    if devices > MAX_DEVICES:      # a guard for callers that did not check the cluster (limits.py)
+        raise SpecError("devices", f"{devices:,} devices exceed the limit of {MAX_DEVICES:,}")
     if job.precision not in rt.precisions:
         return
     L, gb, seq = model.layers, job.global_batch, job.seq_len
@@ -120,8 +218,8 @@ def enumerate_space(model: ModelSpec, devices: int, devices_per_node: int, job: 
         for pp in _pick(pins.pp, divisors(devices // tp) if devices % tp == 0 else []):
             if pp > max_pp or (devices // tp) % pp:
                 continue
-            splits = [(0, 0)] if L % pp == 0 else (uneven_splits(L, pp) if rt.uneven_split else [])
-            if not splits:
+            layouts = split_family(L, pp, bounds.runtime, pins)   # (vpp, first, last, account)
+            if not layouts:
                 continue
             pp_zeros = [z for z in zeros if pp == 1 or z in rt.zero_stages_with_pp]
             rest = devices // (tp * pp)
@@ -147,25 +245,28 @@ def enumerate_space(model: ModelSpec, devices: int, devices_per_node: int, job: 
                         if (gb // dp) % mb:
                             continue
                         m = gb // (dp * mb)
-                        for first, last in splits:
-                            vpps = [1]
-                            if pp > 1 and first == last == 0 and rt.interleaved:
-                                vpps = [v for v in divisors(L // pp) if v == 1 or m % pp == 0]
-                            for vpp in _pick(pins.vpp, vpps):
-                                if vpp not in vpps:
-                                    continue
-                                for rec in recs:
-                                    for sp in sps:
-                                        for zero in pp_zeros:
-                                            c = (tp, pp, dp, cp, ep, etp, zero, mb, vpp, rec, int(sp), first, last, att)
-                                            if extra is None or extra(to_strategy(c, bounds.runtime), model, job) is None:
-                                                yield c
+                        for vpp, first, last, acc in layouts:
+                            if (vpp > 1 and m % pp) or (pins.vpp is not None and vpp != pins.vpp):
+                                continue
+                            for rec in recs:
+                                for sp in sps:
+                                    for zero in pp_zeros:
+                                        c = (tp, pp, dp, cp, ep, etp, zero, mb, vpp, rec, int(sp), first, last, att,
+                                             acc)
+                                        if extra is None or extra(to_strategy(c, bounds.runtime), model, job) is None:
+                                            yield c
 
 
 def space_array(model: ModelSpec, devices: int, devices_per_node: int, job: JobSpec,
                 bounds: Bounds = Bounds(), pins: Pins = Pins()) -> np.ndarray:
     """The space as an int64 array, one row per candidate (columns: FIELDS)."""
-    rows = list(enumerate_space(model, devices, devices_per_node, job, bounds, pins))
+    rows = []
+    for c in enumerate_space(model, devices, devices_per_node, job, bounds, pins):
+        rows.append(c)
+        if len(rows) > MAX_CANDIDATES:      # a size guard: bounded time and memory whatever the input
+            raise SpecError("search space", f"more than {MAX_CANDIDATES:,} candidate strategies (the largest real "
+                            "spaces have ~400,000); pin or cap dimensions: --tp, --pp, --cp, --ep, --micro-batch, "
+                            "--max-tp, --max-pp, --max-cp, --max-micro-batch")
     return np.array(rows, dtype=np.int64).reshape(len(rows), len(FIELDS))
 
 
@@ -185,13 +286,14 @@ def _expert_dims(model: ModelSpec, folded: int, max_tp: int, pins: Pins) -> list
 
 def to_strategy(c: Cand, runtime: str = runtimes.DEFAULT) -> StrategySpec:
     """The candidate as a strategy run (and costed) by `runtime`."""
-    tp, pp, dp, cp, ep, etp, zero, mb, vpp, rec, sp, first, last, att = c
+    tp, pp, dp, cp, ep, etp, zero, mb, vpp, rec, sp, first, last, att, acc = c
     return StrategySpec(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, zero=zero, micro_batch=mb, vpp=vpp,
                         recompute=RECOMPUTE[rec], sequence_parallel=bool(sp), attention=ATTENTION[att],
-                        first_stage_layers=first or None, last_stage_layers=last or None, **runtimes.knobs(runtime))
+                        first_stage_layers=first or None, last_stage_layers=last or None,
+                        account_for_embedding=bool(acc & 1), account_for_loss=bool(acc & 2), **runtimes.knobs(runtime))
 
 
 def from_strategy(s: StrategySpec) -> Cand:
     return (s.tp, s.pp, s.dp, s.cp, s.ep, s.etp, s.zero, s.micro_batch, s.vpp, RECOMPUTE.index(s.recompute),
             int(bool(s.sequence_parallel)), s.first_stage_layers or 0, s.last_stage_layers or 0,
-            ATTENTION.index(s.attention))
+            ATTENTION.index(s.attention), int(s.account_for_embedding) | 2 * int(s.account_for_loss))

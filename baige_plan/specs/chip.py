@@ -79,6 +79,8 @@ class ChipSpec:
     flash_efficiency: float | None = None       # fused attention (fwd + bwd) achieved / dense peak
     scaleup_curves: LinkCurves | None = None    # measured.links.scaleup (specs/link.py)
     nic_curves: LinkCurves | None = None        # measured.links.nic
+    price_usd_per_device_hour: float | None = None  # price.usd_per_device_hour (list price; None = unknown)
+    price_date: str | None = None               # price.usd_per_device_hour.date: when the price was read
 
     def __post_init__(self) -> None:
         require(bool(self.id), "id", "must be a non-empty string")
@@ -90,6 +92,9 @@ class ChipSpec:
                      "scaleup_latency_us", "nic_latency_us"):
             v = getattr(self, name)
             require(v is None or v > 0, name, f"must be > 0 or null, got {v}")
+        v = self.price_usd_per_device_hour
+        require(v is None or (math.isfinite(v) and v >= 0), "price.usd_per_device_hour",
+                f"must be a finite number >= 0 or null, got {v}")
         for name in ("hbm_efficiency", "scaleup_efficiency", "nic_efficiency", "flash_efficiency"):
             v = getattr(self, name)
             require(v is None or 0 < v <= 1.2, name, f"must be in (0, 1.2] or null, got {v}")

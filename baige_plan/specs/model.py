@@ -5,13 +5,30 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from baige_plan.errors import require
+from baige_plan.limits import MAX_EXPERTS, MAX_LAYERS, MAX_SEQ_LEN, MAX_VOCAB, MAX_WIDTH
 
 ACTIVATIONS = ("swiglu", "gelu")
+# upper limits (baige_plan/limits.py): far above any real model, low enough that work stays bounded
+_MAX = {"layers": MAX_LAYERS, "hidden": MAX_WIDTH, "heads": MAX_WIDTH, "kv_heads": MAX_WIDTH,
+        "head_dim": MAX_WIDTH, "ffn_hidden": MAX_WIDTH, "vocab": MAX_VOCAB, "seq_len": MAX_SEQ_LEN,
+        "moe.experts": MAX_EXPERTS, "moe.top_k": MAX_EXPERTS, "moe.expert_ffn_hidden": MAX_WIDTH,
+        "moe.layer_freq": MAX_LAYERS, "moe.shared_experts": MAX_EXPERTS, "moe.first_dense_layers": MAX_LAYERS}
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _pos_int(value, field: str) -> None:
-    require(isinstance(value, int) and not isinstance(value, bool) and value > 0, field,
-            f"must be a positive integer, got {value!r}")
+    if type(value) is int and 0 < value <= _MAX[field]:
+        return
+    require(_is_int(value) and value > 0, field, f"must be a positive integer, got {value!r}")
+    _at_most(value, field)
+
+
+def _at_most(value: int, field: str) -> None:
+    hi = _MAX[field]
+    require(value <= hi, field, f"{value:,} exceeds the limit of {hi:,}")
 
 
 @dataclass(frozen=True)
@@ -36,7 +53,8 @@ class MoESpec:
             _pos_int(getattr(self, name), f"moe.{name}")
         for name in ("shared_experts", "first_dense_layers"):
             v = getattr(self, name)
-            require(isinstance(v, int) and v >= 0, f"moe.{name}", f"must be an integer >= 0, got {v!r}")
+            require(_is_int(v) and v >= 0, f"moe.{name}", f"must be an integer >= 0, got {v!r}")
+            _at_most(v, f"moe.{name}")
         require(self.top_k <= self.experts, "moe.top_k",
                 f"top_k={self.top_k} exceeds experts={self.experts}")
 

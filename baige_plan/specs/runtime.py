@@ -50,6 +50,100 @@ class GradSync:
         require(self.params in PARAMS, "params", f"must be one of {PARAMS}, got {self.params!r}")
 
 
+MASTERS = ("separate", "params")
+SELECTIVE = ("core_attention", "op_sac")
+LOSSES = ("fused", "eager_fp32")
+
+
+@dataclass(frozen=True)
+class MemorySemantics:
+    """What a runtime allocates on a device (cost/memory.py reads it; docs/COST_MODEL.md "Memory model").
+
+    Model states, bytes per parameter before ZeRO sharding, in 16-bit mixed precision (fp32/tf32 training
+    keeps one fp32 copy that is its own master, 4 + 4 + 8 B, in every runtime):
+      master "separate": 16-bit model parameters (2 B) + an fp32 master copy in the optimizer (4 B, with Adam
+                 m and v: K = 12 B) -- Megatron, DeepSpeed, Paddle O2;
+             "params":   the model's parameters are fp32 and are the master (4 B; Adam m, v 8 B); 16-bit
+                 copies are made on the fly: FSDP2 MixedPrecisionPolicy all-gathers bf16 (torchtitan; ZeRO-3 of
+                 the harness), or autocast runs over the fp32 parameters (`autocast_fp32_params`, plain
+                 DDP/TP/PP below ZeRO-3): each weight's cast is kept for its backward (2 B) and the activations
+                 autocast leaves in fp32 (residual stream, LayerNorm) add the measured eager extra
+                 (cost/execution.py EAGER.extra_activation_bytes_per_token_layer_hidden).
+      grad_bytes_bf16 / grad_bytes_fp16: the gradient buffer the backward accumulates into, per parameter
+                 (bf16/fp8 and fp16 training); sharded from ZeRO-2 on, where `grad_bytes_zero2` (when set)
+                 replaces it (DeepSpeed's ZeRO-2/3 partitions model-dtype gradients).
+      step_grad_bytes: an fp32 copy of the (owned, ZeRO-sharded) gradients the optimizer step allocates when
+                 the buffer is 16-bit; it lives from the step to the next zero_grad, not during the forward and
+                 backward, so a stage's peak is max(activations, this) on top of the states.
+      optimizer sharding group: ZeRO-1+ states shard over the data-parallel ranks including context
+                 parallelism (dp x cp) in every runtime here; experts over their expert-data-parallel ranks.
+    ZeRO-3 / FSDP transients (and at ZeRO-0 too when `fsdp_always`: torchtitan wraps even replicated
+    data parallelism in FSDP2 with a shard group of one):
+      zero3_param_bytes: bytes of a gathered (unsharded) parameter: FSDP2 param_dtype / the 16-bit copy.
+      zero3_reduce_bytes: the reduce-scatter input of one unit's gradients (FSDP2 reduce_dtype, fp32), beside
+                 the unit's 16-bit unsharded gradients, during its backward.
+      zero3_prefetch_params: parameters gathered ahead of the unit in use: None = the next whole unit (FSDP2
+                 prefetches one module), a number = at most that many (DeepSpeed stage3_prefetch_bucket_size).
+      pipeline_grad_bytes: with pipelining and gradient sync skipped until the last micro-batch, the stage's
+                 unsharded gradients accumulate in this dtype (FSDP2 upcasts to reduce_dtype: 4 B).
+    Activations:
+      selective: what `recompute: selective` stores -- "core_attention" (Megatron --recompute-granularity
+                 selective, Korthikanti 2022 Sec. 5) or "op_sac" (torchtitan's op-level selective AC: every
+                 other matmul's output and the attention outputs are saved, the rest recomputed).
+      interleave_group: micro-batches per virtual-stage group of the interleaved schedule; "pp" (Megatron's
+                 default --microbatch-group-size-per-vp-stage, torch pipelining's microbatches_per_round,
+                 Paddle's num_stages), which sets the in-flight count (cost/memory.py inflight_microbatches).
+      fp8_gemm_inputs / fp8_weight_cache_bytes (fp8 training through Transformer Engine): the linears save
+                 their fp8-cast inputs for the weight gradient (1 B instead of 2), and keep the fp8 weight and its
+                 transpose cached across the micro-batches of a step (bytes per transformer-layer parameter).
+      loss: how the output layer's loss holds the logits -- "fused" (Megatron's in-place vocab-parallel
+                 cross-entropy) or "eager_fp32" (torchtitan: F.cross_entropy(pred.float()) outside compile,
+                 DTensor loss_parallel with tp > 1): cost/memory.py loss_bytes_per_logit.
+    Outside the tensors (measured, benchmarks/real/; docs/COST_MODEL.md):
+      allocator_slack: reserved / allocated - 1 of the runtime's caching allocator at the peak.
+      context_gib: CUDA context + kernel-library handles and workspaces outside the allocator.
+      comm_first_gib, comm_group_gib: collective-library buffers of the first communicator in use, and
+                 of each further one (one per parallel dimension > 1).
+    """
+
+    master: str = "separate"
+    grad_bytes_bf16: int = 4
+    grad_bytes_fp16: int = 4
+    grad_bytes_zero2: int | None = None
+    step_grad_bytes: int = 0
+    fsdp_always: bool = False
+    autocast_fp32_params: bool = False
+    zero3_param_bytes: int = 2
+    zero3_reduce_bytes: int = 4
+    zero3_prefetch_params: float | None = None
+    pipeline_grad_bytes: int = 4
+    selective: str = "core_attention"
+    interleave_group: str = "pp"
+    loss: str = "fused"
+    fp8_gemm_inputs: bool = False
+    fp8_weight_cache_bytes: int = 0
+    allocator_slack: float = 0.0
+    context_gib: float = 0.0
+    comm_first_gib: float = 0.0
+    comm_group_gib: float = 0.0
+    sources: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        require(self.master in MASTERS, "memory.master", f"must be one of {MASTERS}, got {self.master!r}")
+        require(self.selective in SELECTIVE, "memory.selective",
+                f"must be one of {SELECTIVE}, got {self.selective!r}")
+        require(self.interleave_group == "pp", "memory.interleave_group", "only 'pp' is modelled")
+        require(self.loss in LOSSES, "memory.loss", f"must be one of {LOSSES}, got {self.loss!r}")
+        for k in ("allocator_slack", "context_gib", "comm_first_gib", "comm_group_gib"):
+            require(getattr(self, k) >= 0, f"memory.{k}", f"must be >= 0, got {getattr(self, k)!r}")
+
+    def grad_bytes(self, precision: str, zero: int = 0) -> int:
+        """Gradient-buffer bytes per parameter in 16-bit mixed precision (bf16, fp8: bf16; fp16)."""
+        if zero >= 2 and self.grad_bytes_zero2 is not None:
+            return self.grad_bytes_zero2
+        return self.grad_bytes_fp16 if precision == "fp16" else self.grad_bytes_bf16
+
+
 @dataclass(frozen=True)
 class RuntimeSpec:
     """One runtime: its space (what combinations it accepts), its schedules and its execution
@@ -77,12 +171,15 @@ class RuntimeSpec:
     zero3_gather: Callable[[int], str]  # pp -> "micro_batch" | "step"
     grad_sync: Callable[[int, int], GradSync]   # (zero, pp) -> GradSync
     tp_comm_overlap: bool = False      # TP collectives overlapped with GEMMs (plans assume off unless set)
-    grad_bytes: int = 4                # gradient buffer bytes per parameter (fp32 main grads)
+    grad_bytes: int = 4                # gradient bytes per parameter the DP reduction moves (fp32 main grads)
+    memory: MemorySemantics = field(default_factory=MemorySemantics)   # what it allocates (cost/memory.py)
+    uneven_interleaved: bool = False   # first/last stage layer counts together with vpp > 1
+    split_accounting: bool = False     # embedding / loss counted as pipeline layers (Megatron account_for_*)
     notes: tuple[str, ...] = field(default_factory=tuple)   # sources for the semantics above
     extra_refusal: Callable[..., str | None] | None = None   # runtime-specific rules (model, job, strategy)
 
     def violation(self, *, zero=None, pp=None, vpp=None, cp=None, ep=None, etp=None, uneven=None, tp=None,
-                  sequence_parallel=None, recompute=None, precision=None) -> tuple[str, str] | None:
+                  sequence_parallel=None, recompute=None, precision=None, account=None) -> tuple[str, str] | None:
         """(field, reason naming the values) of the first declared rule the given values break; None when
         none does. A value left None is not known yet (a pin not given) and breaks nothing: `refusal`
         passes a whole strategy, `plan` its pins."""
@@ -101,6 +198,10 @@ class RuntimeSpec:
             return "etp", f"{self.name} has no expert tensor parallelism (etp={etp})"
         if uneven and not self.uneven_split:
             return "pp", f"{self.name} cannot set first/last pipeline stage layer counts"
+        if uneven and vpp is not None and vpp > 1 and not self.uneven_interleaved:
+            return "vpp", f"{self.name} cannot interleave (vpp={vpp}) a pipeline with uneven first/last stages"
+        if account and not self.split_accounting:
+            return "account_for", f"{self.name} cannot count the embedding or loss as pipeline layers (account_for_*)"
         if sequence_parallel is False and self.sequence_parallel == "always" and (tp is None or tp > 1):
             return "sequence_parallel", (f"{self.name} always runs sequence parallelism with tensor parallelism "
                                          f"(tp={tp})")
@@ -117,7 +218,8 @@ class RuntimeSpec:
         v = self.violation(zero=s.zero, pp=s.pp, vpp=s.vpp, cp=s.cp, ep=s.ep, etp=s.etp,
                            uneven=bool(s.first_stage_layers or s.last_stage_layers), tp=s.tp,
                            sequence_parallel=bool(s.sequence_parallel) if s.tp > 1 else None,
-                           recompute=s.recompute, precision=job.precision if job is not None else None)
+                           recompute=s.recompute, precision=job.precision if job is not None else None,
+                           account=bool(getattr(s, "account_for_embedding", False) or getattr(s, "account_for_loss", False)))
         if v is not None:
             return v[1]
         if self.extra_refusal is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from baige_plan.errors import SpecError, require
+from baige_plan.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_LAYERS
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
 
@@ -17,9 +18,18 @@ RECOMPUTE = ("none", "selective", "full")
 ATTENTION = ("flash", "standard")
 
 
+# upper limits (baige_plan/limits.py): a parallel dimension never exceeds the largest cluster
+_MAX = {"micro_batch": MAX_GLOBAL_BATCH, "vpp": MAX_LAYERS, "first_stage_layers": MAX_LAYERS,
+        "last_stage_layers": MAX_LAYERS}
+
+
 def _pos(v, name: str) -> None:
+    hi = _MAX.get(name, MAX_DEVICES)
+    if type(v) is int and 0 < v <= hi:     # the common case, without building a message (hot in the search)
+        return
     require(isinstance(v, int) and not isinstance(v, bool) and v > 0, name,
             f"must be a positive integer, got {v!r}")
+    require(v <= hi, name, f"{v:,} exceeds the limit of {hi:,}")
 
 
 @dataclass(frozen=True)
@@ -38,6 +48,8 @@ class StrategySpec:
     attention: str = "flash"                # flash (fused, no s² activations) | standard (2021-era)
     first_stage_layers: int | None = None   # Megatron --decoder-first-pipeline-num-layers (uneven split)
     last_stage_layers: int | None = None    # Megatron --decoder-last-pipeline-num-layers
+    account_for_embedding: bool = False     # Megatron --account-for-embedding-in-pipeline-split
+    account_for_loss: bool = False          # Megatron --account-for-loss-in-pipeline-split
     overlap_grad_reduce: bool = True        # DP gradient reduction overlapped with the last backward
     execution: str = "fused"                # fused (Megatron/TE kernels) | eager (PyTorch eager + autocast)
     tp_comm_overlap: bool = False           # Transformer Engine userbuffers: TP collectives overlap the GEMMs
@@ -68,7 +80,16 @@ class StrategySpec:
             if v is not None:
                 _pos(v, k)
                 require(self.pp > 1, k, f"{k}={v} needs pp > 1 (pp={self.pp})")
-                require(self.vpp == 1, k, f"{k} cannot be combined with vpp={self.vpp}")
+        for k in ("account_for_embedding", "account_for_loss"):
+            v = getattr(self, k)
+            if v is False:        # the common case, without building a message (hot in the search)
+                continue
+            require(isinstance(v, bool), k, f"must be true or false, got {v!r}")
+            if v:
+                require(self.pp > 1, k, f"{k} needs pp > 1 (pp={self.pp})")
+                require(self.first_stage_layers is None and self.last_stage_layers is None, k,
+                        f"{k} cannot be combined with first/last stage layer counts (first={self.first_stage_layers}, "
+                        f"last={self.last_stage_layers}); megatron-core refuses both (transformer_config.py)")
 
     @property
     def world(self) -> int:
@@ -120,27 +141,94 @@ def check_strategy(s: StrategySpec, model: ModelSpec, job: JobSpec, devices: int
 
 
 def stage_layers(s: StrategySpec, layers: int) -> tuple[int, ...]:
-    """Transformer layers per pipeline stage: even, or Megatron's uneven first/last split with the
-    remaining layers spread evenly over the middle stages."""
-    if s.first_stage_layers is None and s.last_stage_layers is None:
-        require(layers % (s.pp * s.vpp) == 0, "pp",
-                f"layers={layers} is not divisible by pp·vpp = {s.pp}·{s.vpp} = {s.pp * s.vpp}; "
-                "set first/last stage layers for an uneven split")
-        return (layers // s.pp,) * s.pp
-    first = s.first_stage_layers
-    last = s.last_stage_layers
-    middle = s.pp - (first is not None) - (last is not None)
+    """Transformer layers per pipeline stage, as Megatron builds them (`chunk_layers`, summed per stage)."""
+    return tuple(sum(c) for c in chunk_layers(s, layers))
+
+
+def chunk_layers(s: StrategySpec, layers: int) -> tuple[tuple[int, ...], ...]:
+    """Transformer layers of each model chunk (vpp per stage) of each pipeline stage, exactly as
+    megatron-core 0.19.2 builds them (core/transformer/transformer_block.py get_num_layers_to_build,
+    checked by TransformerConfig.__post_init__); a SpecError names the values when Megatron refuses:
+      even:        layers / (pp·vpp) per chunk; pp·vpp must divide layers.
+      first/last:  the first (last) stage holds first (last) layers, the other stages share the rest
+                   evenly; with vpp > 1 first, last and the per-middle-stage count must each be divisible
+                   by vpp (every chunk of a stage holds count / vpp layers).
+      account:     the embedding (loss) counts as one extra layer of the first (last) stage's first (last)
+                   chunk: pp must divide layers + e + l, vpp the per-stage share, and that chunk builds one
+                   transformer layer fewer (--account-for-embedding/loss-in-pipeline-split).
+    The planner also wants at least one transformer layer per stage (Megatron allows an empty one with
+    the accounting flags)."""
+    pp, v = s.pp, s.vpp
+    first, last = s.first_stage_layers, s.last_stage_layers
+    e, lo = int(bool(s.account_for_embedding)), int(bool(s.account_for_loss))
+    if e or lo:
+        total = layers + e + lo
+        require(total % pp == 0, "pp",
+                f"layers={layers} + embedding {e} + loss {lo} = {total} is not divisible by pp={pp} "
+                "(account_for_embedding/loss count them as pipeline layers)")
+        per = total // pp
+        require(per % v == 0, "vpp",
+                f"{per} layers per pipeline stage (embedding/loss counted) are not divisible by vpp={v}")
+        out = [[per // v] * v for _ in range(pp)]
+        out[0][0] -= e
+        out[-1][-1] -= lo
+        require(all(sum(c) >= 1 for c in out), "pp",
+                f"layers={layers} on pp={pp} with embedding/loss counted leaves a stage without transformer layers")
+        return tuple(tuple(c) for c in out)
+    if first is None and last is None:
+        require(layers % (pp * v) == 0, "pp",
+                f"layers={layers} is not divisible by pp·vpp = {pp}·{v} = {pp * v}; "
+                "set first/last stage layers or account for embedding/loss for an uneven split")
+        return ((layers // (pp * v),) * v,) * pp
+    middle = pp - (first is not None) - (last is not None)
     rest = layers - (first or 0) - (last or 0)
     require(rest >= middle and (middle == 0 and rest == 0 or middle > 0 and rest % middle == 0), "pp",
             f"layers={layers} minus first={first} and last={last} leaves {rest} layers for "
             f"{middle} middle stages (must divide evenly, at least 1 each)")
     each = rest // middle if middle else 0
-    out = [each] * s.pp
+    counts = [each] * pp
     if first is not None:
-        out[0] = first
+        counts[0] = first
     if last is not None:
-        out[-1] = last
-    return tuple(out)
+        counts[-1] = last
+    if v > 1:   # every chunk of a stage holds count / vpp layers
+        for name, n in (("first_stage_layers", first), ("last_stage_layers", last)):
+            require(n is None or n % v == 0, name, f"{name}={n} is not divisible by vpp={v} (Megatron splits "
+                    "every stage into vpp equal model chunks)")
+        require(not middle or each % v == 0, "vpp", f"{each} layers per middle stage are not divisible by vpp={v} "
+                "(Megatron splits every stage into vpp equal model chunks)")
+    return tuple((n // v,) * v for n in counts)
+
+
+def split_fields(counts: tuple[int, ...] | list[int], vpp: int = 1, account: tuple[bool, bool] = (False, False)
+                 ) -> dict | None:
+    """The StrategySpec split fields (first_stage_layers, last_stage_layers, account_for_embedding,
+    account_for_loss) under which Megatron builds exactly `counts` transformer layers per stage with `vpp`
+    chunks each, or None when none does (a free-form split). Tried in order: the `account` flags given,
+    the even split, first/last counts, then the accounting flags (loss and embedding, loss, embedding)."""
+    pp, layers = len(counts), sum(counts)
+    counts = tuple(counts)
+    none = {"first_stage_layers": None, "last_stage_layers": None, "account_for_embedding": False,
+            "account_for_loss": False}
+    tries = []
+    if any(account):
+        tries.append(dict(none, account_for_embedding=bool(account[0]), account_for_loss=bool(account[1])))
+    tries.append(dict(none))
+    if pp > 1:
+        mid = counts[1:-1]
+        if not mid or len(set(mid)) == 1:
+            m0 = mid[0] if mid else None
+            tries.append(dict(none, first_stage_layers=counts[0] if counts[0] != m0 else None,
+                              last_stage_layers=counts[-1] if counts[-1] != m0 else None))
+        for acc in ((True, True), (False, True), (True, False)):
+            tries.append(dict(none, account_for_embedding=acc[0], account_for_loss=acc[1]))
+    for kw in tries:
+        try:
+            if stage_layers(StrategySpec(pp=pp, vpp=vpp, **kw), layers) == counts:
+                return kw
+        except SpecError:
+            continue
+    return None
 
 
 def infer_dp(devices: int, tp: int, pp: int, cp: int) -> int:

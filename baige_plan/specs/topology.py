@@ -24,6 +24,7 @@ class GroupSpec:
     scaleup_curves: LinkCurves | None = None  # measured scale-up curves, override the chip's (specs/link.py)
     nic_curves: LinkCurves | None = None      # measured NIC curves, override the chip's
     profile: ProfileSpec | None = None    # measured per-layer profile of the planned model on this chip (issue 10)
+    price_usd_per_device_hour: float | None = None  # overrides the chip's price (cost/money.py, issue 12)
 
     def __post_init__(self) -> None:
         require(bool(self.name), "name", "must be a non-empty string")
@@ -34,6 +35,9 @@ class GroupSpec:
         for k in ("scaleup_GBps", "scaleout_Gbps"):
             v = getattr(self, k)
             require(v is None or (isinstance(v, (int, float)) and v > 0), k, f"must be > 0, got {v!r}")
+        v = self.price_usd_per_device_hour
+        require(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < float("inf")),
+                "price_usd_per_device_hour", f"must be a number >= 0 (USD per device-hour), got {v!r}")
 
     @property
     def devices(self) -> int:

@@ -141,6 +141,9 @@ class RunConfig:
     def make_id(self, prefix: str) -> str:
         par = {"single": "single", "ddp": f"ddp{self.dp}", "fsdp": f"fsdp{self.dp}",
                "tp": f"tp{self.tp}", "pp": f"pp{self.pp}"}[self.strategy]
+        if self.strategy in ("tp", "pp"):       # hybrids: pp<p>_tp<t>_dp<d>
+            par += (f"_tp{self.tp}" if self.strategy == "pp" and self.tp > 1 else "") + \
+                (f"_dp{self.dp}" if self.dp > 1 else "")
         if self.ep > 1:
             par += f"_ep{self.ep}"
         ac = "ac" if self.recompute == "full" else "noac"
@@ -203,7 +206,7 @@ def build_model(preset: str | None = None, **over: Any) -> ModelConfig:
 def build_run(model: ModelConfig, strategy: str = "single", world: int = 1, tp: int | None = None,
               pp: int | None = None, micro_batch: int = 1, grad_accum: int | None = None,
               global_batch: int | None = None, recompute: str = "none", pp_schedule: str = "1f1b",
-              ep: int | None = None, router: str = "balanced",
+              ep: int | None = None, router: str = "balanced", dp: int | None = None,
               warmup: int = 3, steps: int = 8, seed: int = 1234, run_id: str | None = None) -> RunConfig:
     """Validate a strategy against the model and world size. Raises ConfigError naming the values."""
     if strategy not in STRATEGIES:
@@ -224,30 +227,43 @@ def build_run(model: ModelConfig, strategy: str = "single", world: int = 1, tp: 
             raise ConfigError(f"strategy 'single' runs on one GPU, got world={world}")
     if strategy in ("single", "ddp", "fsdp") and (tp_ != 1 or pp_ != 1):
         raise ConfigError(f"strategy {strategy!r} is data parallel only, got tp={tp_} pp={pp_}")
+    # Hybrids (`dp` given): tp and pp strategies may leave dp = world / (tp * pp) > 1 (Megatron rank
+    # order: tp fastest, then dp, then pp); strategy 'pp' may also take tp > 1 inside its stages.
+    dp_ = None if dp is None else _pos_int("dp", dp)
+    if dp_ is not None and strategy not in ("tp", "pp"):
+        if dp_ != world // (tp_ * pp_):
+            raise ConfigError(f"dp={dp_} != world/(tp*pp) = {world // (tp_ * pp_)} for strategy {strategy!r}")
     if strategy == "tp":
-        tp_ = world if tp is None else tp_
+        tp_ = (world if dp_ is None else world // dp_) if tp is None else tp_
         if pp_ != 1:
             raise ConfigError(f"strategy 'tp' takes pp=1, got pp={pp_}")
         if tp_ < 2:
             raise ConfigError(f"strategy 'tp' needs tp >= 2, got tp={tp_}")
+        if dp_ is None and world != tp_:
+            raise ConfigError(f"strategy 'tp' uses all GPUs for tensor parallelism (dp=1): tp={tp_} != world={world}"
+                              " (give dp for tensor x data parallelism)")
+        if dp_ is not None and world != tp_ * dp_:
+            raise ConfigError(f"tp*dp = {tp_}*{dp_} != world={world}")
+    if strategy == "pp":
+        pp_ = (world // (tp_ * (dp_ or 1))) if pp is None else pp_
+        if tp_ != 1 and dp_ is None:
+            raise ConfigError(f"strategy 'pp' takes tp=1 unless dp is given, got tp={tp_}")
+        if pp_ < 2:
+            raise ConfigError(f"strategy 'pp' needs pp >= 2, got pp={pp_}")
+        if model.layers % pp_:
+            raise ConfigError(f"pp={pp_} does not divide layers={model.layers}")
+        if dp_ is None and world != pp_:
+            raise ConfigError(f"strategy 'pp' uses all GPUs for pipeline stages (dp=1): pp={pp_} != world={world}"
+                              " (give dp for pipeline x data parallelism)")
+        if dp_ is not None and world != tp_ * pp_ * dp_:
+            raise ConfigError(f"tp*pp*dp = {tp_}*{pp_}*{dp_} != world={world}")
+    if tp_ > 1:
         if model.heads % tp_:
             raise ConfigError(f"tp={tp_} does not divide heads={model.heads}")
         if model.ffn_hidden % tp_:
             raise ConfigError(f"tp={tp_} does not divide ffn_hidden={model.ffn_hidden}")
         if model.vocab % tp_:
             raise ConfigError(f"tp={tp_} does not divide vocab={model.vocab} (vocab-parallel embedding)")
-        if world != tp_:
-            raise ConfigError(f"strategy 'tp' uses all GPUs for tensor parallelism (dp=1): tp={tp_} != world={world}")
-    if strategy == "pp":
-        pp_ = world if pp is None else pp_
-        if tp_ != 1:
-            raise ConfigError(f"strategy 'pp' takes tp=1, got tp={tp_}")
-        if pp_ < 2:
-            raise ConfigError(f"strategy 'pp' needs pp >= 2, got pp={pp_}")
-        if model.layers % pp_:
-            raise ConfigError(f"pp={pp_} does not divide layers={model.layers}")
-        if world != pp_:
-            raise ConfigError(f"strategy 'pp' uses all GPUs for pipeline stages (dp=1): pp={pp_} != world={world}")
     if strategy in ("ddp", "fsdp") and world < 2:
         raise ConfigError(f"strategy {strategy!r} needs world >= 2, got world={world}")
     ep_ = 1 if ep is None else _pos_int("ep", ep)
@@ -294,7 +310,7 @@ def build_run(model: ModelConfig, strategy: str = "single", world: int = 1, tp: 
 
 _MOE_KEYS = ("experts", "top_k", "expert_ffn_hidden")
 _MODEL_KEYS = ("layers", "hidden", "heads", "ffn_hidden", "vocab", "seq_len") + _MOE_KEYS
-_RUN_KEYS = ("strategy", "world", "tp", "pp", "micro_batch", "grad_accum", "global_batch", "recompute",
+_RUN_KEYS = ("strategy", "world", "tp", "pp", "dp", "micro_batch", "grad_accum", "global_batch", "recompute",
              "pp_schedule", "ep", "router", "warmup", "steps", "seed", "run_id")
 
 
@@ -327,6 +343,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--strategy", choices=STRATEGIES)
     ap.add_argument("--tp", type=int)
     ap.add_argument("--pp", type=int)
+    ap.add_argument("--dp", type=int, help="with tp/pp: data-parallel size of a hybrid (tp*pp*dp = world)")
     ap.add_argument("--micro-batch", dest="micro_batch", type=int)
     ap.add_argument("--grad-accum", dest="grad_accum", type=int)
     ap.add_argument("--global-batch", dest="global_batch", type=int)
@@ -383,6 +400,10 @@ def make_row(cfg: RunConfig, results: dict[str, Any], env: dict[str, Any], comma
     tokens = cfg.global_batch * m.seq_len
     framework = {"single": "single GPU", "ddp": "DDP", "fsdp": "FSDP2 fully_shard", "tp": "Megatron-style TP",
                  "pp": f"pipelining {cfg.pp_schedule.upper()}"}[cfg.strategy]
+    if cfg.strategy == "pp" and cfg.tp > 1:
+        framework += " x Megatron-style TP"
+    if cfg.strategy in ("tp", "pp") and cfg.dp > 1:
+        framework += " x DDP"
     if m.moe is not None:   # ep 1 runs the same dispatcher code path without the all-to-all
         framework = f"MoE EP (alltoall dispatcher, {cfg.router} router)"
     sharding = {"single": "none (1 GPU)", "ddp": "none (DDP)", "fsdp": "FSDP FULL_SHARD (ZeRO-3)",

@@ -60,7 +60,9 @@ def cli_command(cfg: C.RunConfig) -> str:
     if cfg.strategy == "tp":
         parts += ["--tp", str(cfg.tp)]
     if cfg.strategy == "pp":
-        parts += ["--pp", str(cfg.pp), "--pp-schedule", cfg.pp_schedule]
+        parts += ["--pp", str(cfg.pp), "--pp-schedule", cfg.pp_schedule] + (["--tp", str(cfg.tp)] if cfg.tp > 1 else [])
+    if cfg.strategy in ("tp", "pp") and (cfg.dp > 1 or cfg.tp * cfg.pp > 1 and cfg.strategy == "pp" and cfg.tp > 1):
+        parts += ["--dp", str(cfg.dp)]
     if cfg.model.moe is not None:
         parts += ["--ep", str(cfg.ep), "--router", cfg.router]
     return " ".join(parts)
@@ -402,8 +404,8 @@ def _build_modules(torch, nn, F, dist=None):
             super().__init__()
             self.first, self.last, self.recompute, self.tp, self.amp = first, last, recompute, tp, amp
             self.vocab = m.vocab
-            if tp is not None and not (first and last and tie):
-                raise ValueError("the tensor-parallel model is whole and ties embedding and output layer")
+            if tp is not None and tie and not (first and last):
+                raise ValueError("a tied tensor-parallel model is whole (pipeline stages untie)")
             if first:
                 self.wte = nn.Embedding(m.vocab, m.hidden) if tp is None else L.VocabParallelEmbedding(m.vocab, m.hidden, tp)
                 self.wpe = nn.Embedding(m.seq_len, m.hidden)
@@ -415,6 +417,8 @@ def _build_modules(torch, nn, F, dist=None):
                     self.head = nn.Linear(m.hidden, m.vocab, bias=False)
                     if tie and first:
                         self.head.weight = self.wte.weight
+                elif not (tie and first):               # last pipeline stage: own vocab-parallel output layer
+                    self.head = L.VocabParallelEmbedding(m.vocab, m.hidden, tp)
 
         def forward(self, x):
             with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=self.amp):
@@ -427,7 +431,7 @@ def _build_modules(torch, nn, F, dist=None):
                     y = self.ln_f(x)
                     if self.tp is None:
                         return self.head(y)
-                    return F.linear(L.copy_to_tp(y, self.tp), self.wte.weight)   # column-parallel, tied
+                    return F.linear(L.copy_to_tp(y, self.tp), self._out_w().weight)   # column-parallel
                 return x
 
         def loss(self, logits, target):
@@ -435,7 +439,11 @@ def _build_modules(torch, nn, F, dist=None):
             if self.tp is None:
                 return F.cross_entropy(logits.float().view(-1, self.vocab), target.reshape(-1))
             return L.vocab_parallel_cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1),
-                                                  self.wte.start, self.tp)
+                                                  self._out_w().start, self.tp)
+
+        def _out_w(self):
+            """The (vocab-parallel) output layer: the tied embedding, or the last stage's own."""
+            return self.head if hasattr(self, "head") else self.wte
 
     return GPT
 
@@ -554,9 +562,35 @@ def run_one(cfg: C.RunConfig, torch, dist, rank: int, local_rank: int, log, prof
         if cuda:
             torch.cuda.synchronize(dev)
 
+    # Megatron rank order: tp fastest, then dp, then pp. Every rank creates every group, in order.
+    world_n = dist.get_world_size() if dist.is_initialized() else 1
+    tp_rank, dp_rank, pp_rank = rank % cfg.tp, (rank // cfg.tp) % cfg.dp, rank // (cfg.tp * cfg.dp)
+
+    def _group(size, members):
+        """This rank's group among `members` (a list of rank lists); WORLD when one spans all."""
+        if size == world_n:
+            return dist.group.WORLD
+        mine = None
+        for ranks in members:
+            grp = dist.new_group(ranks)
+            if rank in ranks:
+                mine = grp
+        return mine
+
+    hybrid = cfg.strategy in ("tp", "pp") and cfg.dp > 1 or (cfg.strategy == "pp" and cfg.tp > 1)
+    tp_group = dp_group = pp_group = None
+    if hybrid:
+        n_tp, n_dp, n_pp = cfg.tp, cfg.dp, cfg.pp
+        idx = lambda t, d, p: (p * n_dp + d) * n_tp + t          # noqa: E731
+        if n_tp > 1:
+            tp_group = _group(n_tp, [[idx(t, d, p) for t in range(n_tp)] for p in range(n_pp) for d in range(n_dp)])
+        if n_dp > 1:
+            dp_group = _group(n_dp, [[idx(t, d, p) for d in range(n_dp)] for p in range(n_pp) for t in range(n_tp)])
+        if n_pp > 1:
+            pp_group = _group(n_pp, [[idx(t, d, p) for p in range(n_pp)] for d in range(n_dp) for t in range(n_tp)])
     torch.manual_seed(cfg.seed)                         # same weights and data on every rank
     g = torch.Generator(device=dev)
-    g.manual_seed(cfg.seed + (rank if cfg.strategy in ("ddp", "fsdp") else 0))
+    g.manual_seed(cfg.seed + (rank if cfg.strategy in ("ddp", "fsdp") else dp_rank))
     recompute = cfg.recompute == "full"
     mb, ga = cfg.micro_batch, cfg.grad_accum
     x = torch.randint(0, m.vocab, (ga, mb, m.seq_len), device=dev, generator=g)
@@ -578,18 +612,28 @@ def run_one(cfg: C.RunConfig, torch, dist, rank: int, local_rank: int, log, prof
         from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
         per = m.layers // cfg.pp
+        srank = pp_rank if hybrid else rank             # stage index
+        tp = None
+        if cfg.tp > 1:
+            tp = SimpleNamespace(group=tp_group, size=cfg.tp, rank=tp_rank)
         with dev:
-            stage_mod = GPT(m, per, first=rank == 0, last=rank == cfg.pp - 1, tie=False, recompute=recompute)
-        stage = PipelineStage(stage_mod, stage_index=rank, num_stages=cfg.pp, device=dev)
+            stage_mod = GPT(m, per, first=srank == 0, last=srank == cfg.pp - 1, tie=False, recompute=recompute, tp=tp)
+        sub = stage_mod
+        if dp_group is not None:                        # PP x DP: DDP per stage (pipelining drives no_sync)
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            sub = DDP(stage_mod, device_ids=[local_rank] if cuda else None, process_group=dp_group)
+        stage = PipelineStage(sub, stage_index=srank, num_stages=cfg.pp, device=dev,
+                              **({"group": pp_group} if pp_group is not None else {}))
         sched_cls = Schedule1F1B if cfg.pp_schedule == "1f1b" else ScheduleGPipe
         schedule = sched_cls(stage, n_microbatches=ga, loss_fn=stage_mod.loss)
         optims.append(torch.optim.AdamW(stage_mod.parameters(), lr=1e-4, fused=cuda))
         xb, yb = x.view(ga * mb, m.seq_len), y.view(ga * mb, m.seq_len)
 
         def step():
-            if rank == 0:
+            if srank == 0:
                 schedule.step(xb)
-            elif rank == cfg.pp - 1:
+            elif srank == cfg.pp - 1:
                 schedule.step(target=yb, losses=[])
             else:
                 schedule.step()
@@ -597,7 +641,8 @@ def run_one(cfg: C.RunConfig, torch, dist, rank: int, local_rank: int, log, prof
     else:
         tp = ep = None
         if cfg.strategy == "tp":
-            tp = SimpleNamespace(group=dist.group.WORLD, size=cfg.tp, rank=dist.get_rank())
+            tp = SimpleNamespace(group=tp_group if hybrid else dist.group.WORLD, size=cfg.tp,
+                                 rank=tp_rank if hybrid else dist.get_rank())
         if cfg.ep > 1:                                  # ep == world (config): one EP group, its own communicator
             ep = SimpleNamespace(group=dist.new_group(list(range(cfg.ep))), size=cfg.ep, rank=dist.get_rank())
         with dev:
@@ -623,6 +668,12 @@ def run_one(cfg: C.RunConfig, torch, dist, rank: int, local_rank: int, log, prof
                 fully_shard(blk, mp_policy=mp)
             fully_shard(model, mp_policy=mp)
             optims.append(torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True))
+        elif dp_group is not None:                      # TP x DP: DDP over the data-parallel group
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            model = DDP(model, device_ids=[local_rank] if cuda else None, process_group=dp_group)
+            no_sync = model.no_sync
+            optims.append(torch.optim.AdamW(model.parameters(), lr=1e-4, fused=cuda))
         else:                                           # single, tp (plain tensors: fused AdamW)
             optims.append(torch.optim.AdamW(model.parameters(), lr=1e-4, fused=cuda))
 

@@ -336,12 +336,26 @@ CASES = (
     ("llama3-8b-zero0", "llama3-8b", "h100-sxm5-80g:1x8", "--global-batch", "64", "--seq-len", "8192", "--zero", "0"),
     ("llama2-7b-fp16-a100", "llama2-7b", "a100-sxm4-80g:2x8", "--global-batch", "128", "--seq-len", "4096",
      "--precision", "fp16"),
+    # Megatron-Bridge recipes (src/megatron/bridge/perf_recipes/{qwen/h100/qwen3_moe.py,llama/h100/llama31.py}):
+    # 94 and 126 layers on pp 8 with vpp 4 and 8, embedding and loss counted as pipeline layers
+    ("qwen3-235b-a22b-bridge-recipe", "qwen3-235b-a22b", "h100-sxm5-80g:32x8", "--global-batch", "8192",
+     "--seq-len", "4096", "--tp", "2", "--pp", "8", "--cp", "1", "--vpp", "4", "--ep", "32", "--etp", "1",
+     "--micro-batch", "1", "--recompute", "none", "--account-for-embedding", "--account-for-loss",
+     "--max-memory-frac", "1"),
+    ("llama3-405b-bridge-recipe-fullrec", "llama3-405b", "h100-sxm5-80g:64x8", "--global-batch", "768",
+     "--seq-len", "8192", "--tp", "8", "--pp", "8", "--cp", "2", "--vpp", "8", "--micro-batch", "1",
+     "--recompute", "full", "--account-for-embedding", "--account-for-loss", "--max-memory-frac", "1"),
 )
 # name, base case, stage layer counts (None: keep), strategy changes: plans the planner does not make
 EDITS = (
-    ("llama3-405b-uneven-vpp2-edited", "llama3-405b-pp8-uneven", None, {"vpp": 2}),
+    # first/last counts with interleaving: 14 and 16 per middle stage are divisible by vpp 2
+    ("llama3-405b-uneven-vpp2-edited", "llama3-405b-pp8-uneven", [14] + [16] * 7,
+     {"vpp": 2, "first_stage_layers": 14, "last_stage_layers": None, "account_for_embedding": None,
+      "account_for_loss": None}),
     ("gpt3-175b-freeform-split-edited", "gpt3-175b-tp8-pp8-vpp2", [10, 12, 12, 14, 12, 12, 12, 12], {"vpp": 1}),
     ("llama3-70b-zero3-edited", "llama3-70b-gqa", None, {"zero": 3}),
+    # the 405B recipe as published (recompute none), whatever the memory model says of it
+    ("llama3-405b-bridge-recipe-edited", "llama3-405b-bridge-recipe-fullrec", None, {"recompute": "none"}),
 )
 
 
