@@ -204,3 +204,29 @@ def test_evaluate_refuses_what_megatron_refuses():
     assert r.exit_code == 2 and "not divisible by pp=8" in r.output
     r = runner.invoke(app, [*base, "--vpp", "2", "--first-stage-layers", "14", "--runtime", "torchtitan"])
     assert r.exit_code == 2
+
+
+@pytest.mark.parametrize("pins", [{}, {"account_for_loss": True}, {"first_stage_layers": 2}])
+def test_search_equals_oracle_on_uneven_interleaved_splits(pins):
+    """7 layers (prime): every pp > 1 needs an uneven split; the exhaustive oracle (search/oracle.py) and the
+    search agree on the space and the ranking, pinned splits included."""
+    from baige_plan.search.oracle import oracle, oracle_space
+    from baige_plan.search.solver import search
+    from baige_plan.search.space import Bounds, Pins, enumerate_space
+    from baige_plan.specs.model import ModelSpec
+    from baige_plan.specs.topology import ClusterSpec, GroupSpec
+
+    model = ModelSpec(name="p7", layers=7, hidden=4096, heads=32, ffn_hidden=16384, vocab=32000, seq_len=2048)
+    cl = ClusterSpec(name="t", groups=(GroupSpec(name="g", chip=Catalog.create().chip("a100-sxm4-80g"), nodes=1,
+                                                 devices_per_node=4),))
+    job, bounds, p = JobSpec(16, 2048), Bounds(max_micro_batch=2), Pins(**pins)
+    fast = sorted(enumerate_space(model, 4, 4, job, bounds, p))
+    slow = sorted(from_strategy(s) for s in oracle_space(model, cl, job, bounds, p))
+    assert fast == slow and len(fast) > 10
+    if "first_stage_layers" in pins:      # 7 = 2 + 5 on pp 2 only (5 does not interleave)
+        assert {(c[1], c[8], c[11], c[12], c[14]) for c in fast} == {(2, 1, 2, 0, 0)}
+    else:                                 # uneven splits with vpp > 1: 7 + 1 = 8 = 2 x 4 on pp 2, vpp 2 and 4
+        assert any(c[8] > 1 and (c[11] or c[12] or c[14]) for c in fast)
+    want = oracle(model, cl, job, bounds, p, top=5)
+    got = search(model, cl, job, bounds, p, top=5)
+    assert [k for _, k, _ in want] == list(got.keys)

@@ -12,36 +12,38 @@ from pathlib import Path
 
 import typer
 
+from baige_plan.cli.values import json_file, micro_batch_list, no_dash, recompute_list, tp_list
+
 _NO_TORCH = "baige-plan profile needs PyTorch: pip install 'baige-plan[profile]'"
 
 
 def profile(
-    out: Path = typer.Option(Path("chip-profiled.yaml"), "--out", help="Chip YAML to write; raw samples go to "
+    out: Path = typer.Option(Path("chip-profiled.yaml"), "--out", callback=no_dash, help="Chip YAML to write; raw samples go to "
                              "<out stem>.raw.json beside it."),
     devices: int = typer.Option(1, "--devices", min=1, help="Local GPUs; >1 also measures NCCL collectives "
                                 "(all-reduce, all-gather, reduce-scatter, all-to-all, send/recv)."),
     quick: bool = typer.Option(False, "--quick", help="Smaller GEMM grid and fewer message sizes."),
-    base: str = typer.Option("h100-sxm5-80g", "--base", help="Datasheet chip (catalog id or file) whose peaks, "
+    base: str = typer.Option("h100-sxm5-80g", "--base", callback=no_dash, help="Datasheet chip (catalog id or file) whose peaks, "
                              "capacities and link rates are kept."),
-    catalog: list[str] = typer.Option([], "--catalog", help="Extra catalog folder (repeatable)."),
-    chip_id: str = typer.Option(None, "--id", help="id of the written chip (default: <base id>-profiled)."),
-    refit: Path = typer.Option(None, "--refit", help="Fit and write from an existing .raw.json (no torch, "
+    catalog: list[str] = typer.Option([], "--catalog", callback=no_dash, help="Extra catalog folder (repeatable)."),
+    chip_id: str = typer.Option(None, "--id", callback=no_dash, help="id of the written chip (default: <base id>-profiled)."),
+    refit: Path = typer.Option(None, "--refit", callback=json_file, help="Fit and write from an existing .raw.json (no torch, "
                                "no GPU)."),
-    model: str = typer.Option(None, "--model", help="Measure this model's per-layer profile instead of a chip file "
+    model: str = typer.Option(None, "--model", callback=no_dash, help="Measure this model's per-layer profile instead of a chip file "
                               "(baige-plan/profile/v1: forward/backward time and memory per layer by tp and "
                               "micro-batch, embedding, logits, optimizer), for plan/evaluate --profile."),
     seq_len: int = typer.Option(None, "--seq-len", help="With --model: sequence length [default: the model's]."),
-    precision: str = typer.Option("bf16", "--precision", help="With --model: bf16, fp16 or fp32 (TF32 matmuls)."),
-    tp: str = typer.Option("1,2", "--tp", help="With --model: tensor-parallel sizes, emulated on one GPU by "
+    precision: str = typer.Option("bf16", "--precision", callback=no_dash, help="With --model: bf16, fp16 or fp32 (TF32 matmuls)."),
+    tp: str = typer.Option("1,2", "--tp", callback=tp_list, help="With --model: tensor-parallel sizes, emulated on one GPU by "
                            "dividing heads and ffn (TP communication stays in the cost model)."),
-    micro_batch: str = typer.Option("1,2", "--micro-batch", help="With --model: micro-batch sizes."),
-    recompute: str = typer.Option("none,selective,full", "--recompute", help="With --model: recompute modes."),
-    chip: str = typer.Option(None, "--chip", help="With --model: catalog chip id the profile is for [default: "
+    micro_batch: str = typer.Option("1,2", "--micro-batch", callback=micro_batch_list, help="With --model: micro-batch sizes."),
+    recompute: str = typer.Option("none,selective,full", "--recompute", callback=recompute_list, help="With --model: recompute modes."),
+    chip: str = typer.Option(None, "--chip", callback=no_dash, help="With --model: catalog chip id the profile is for [default: "
                              "from the GPU's name]."),
     analytical: bool = typer.Option(False, "--analytical", help="With --model --chip: write the cost model's own "
                                     "per-layer numbers as a profile (no torch, no GPU)."),
     reps: int = typer.Option(10, "--reps", min=1, help="With --model: timed iterations (median)."),
-    name: str = typer.Option(None, "--name", help="With --model: profile name [default: MODEL@CHIP-PRECISION]."),
+    name: str = typer.Option(None, "--name", callback=no_dash, help="With --model: profile name [default: MODEL@CHIP-PRECISION]."),
 ) -> None:
     r"""Measure GEMM efficiency, HBM bandwidth and collective bus bandwidth; write a chip file.
 

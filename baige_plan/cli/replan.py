@@ -142,7 +142,8 @@ def _tables(rep: dict) -> None:
     if rep["fresh"] is not None:
         info.add_row("fresh plan", rep["fresh"]["plan"] + " (on the surviving nodes in order, as `plan` places it)")
     info.add_row("choice", rep["choice"])
-    runs = [f"{g}: " + " ".join(v) for g, v in rep["new"]["node_map"].items()]
+    runs = [f"{g}: " + " ".join(x.rpartition(":")[2] if x.startswith(g + ":") else x for x in v)
+            for g, v in rep["new"]["node_map"].items()]
     text = "; ".join(runs)
     if len(text) > 400:
         text = text[:400].rsplit(" ", 1)[0] + " ... (--format json lists all)"
@@ -152,11 +153,11 @@ def _tables(rep: dict) -> None:
     tables.append(info)
     mv = rep["new"]["moves"]
     if mv:
-        m = Table(title=f"state to move ({len(mv)} node ranges" + (", first 12" if len(mv) > 12 else "") + ")",
+        m = Table(title="state to move, by new role" + (f" (first 16 of {len(mv)})" if len(mv) > 16 else ""),
                   title_justify="left")
-        for h in ("nodes", "new role", "params GB", "optimizer GB"):
-            m.add_column(h, justify="left" if h in ("nodes", "new role") else "right")
-        for x in mv[:12]:
-            m.add_row(x["nodes"], x["role"], f"{x['parameters_gb']:,.2f}", f"{x['optimizer_gb']:,.2f}")
+        for h in ("new role", "nodes receiving state", "params GB", "optimizer GB"):
+            m.add_column(h, justify="left" if "GB" not in h else "right")
+        for x in mv[:16]:
+            m.add_row(x["role"], x["nodes"], f"{x['parameters_gb']:,.2f}", f"{x['optimizer_gb']:,.2f}")
         tables.append(m)
     print_tables(tables)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from typer import Abort
@@ -114,8 +115,74 @@ def out_dir_option(ctx, param, value):
     """Callback of --out-dir: a folder, or a path where one can be made (not a file, device or link)."""
     if value is None or ctx.resilient_parsing:
         return value
-    if os.path.lexists(value) and not os.path.isdir(value):
+    try:
+        os.lstat(value)
+    except FileNotFoundError:
+        return value                    # made by the command
+    except (OSError, ValueError) as e:  # a name too long, a NUL byte, a component that is a file
+        raise _cx.BadParameter(f"{_shorten(str(value))}: {getattr(e, 'strerror', None) or e}", ctx=ctx,
+                               param=param) from None
+    if not os.path.isdir(value):
         raise _cx.BadParameter(f"{_shorten(str(value))} exists and is not a directory", ctx=ctx, param=param)
+    return value
+
+
+def _list_option(kind: str, parse, ok, rule: str):
+    def callback(ctx, param, value):
+        if value is None or ctx.resilient_parsing:
+            return value
+        items = [x.strip() for x in str(value).split(",")]
+        if not 0 < len(items) <= 64:
+            raise _cx.BadParameter(f"must be a comma-separated list of 1 to 64 {kind}, got {_shorten(str(value))}",
+                                   ctx=ctx, param=param)
+        for x in items:
+            try:
+                v = parse(x)
+            except ValueError:
+                v = None
+            if v is None or not ok(v):
+                raise _cx.BadParameter(f"{_shorten(x)} is not {rule} (in {_shorten(str(value))})", ctx=ctx,
+                                       param=param)
+        return ",".join(items)
+    return callback
+
+
+def _int_or_none(x: str) -> int | None:
+    return int(x) if x.isascii() and x.isdigit() else None
+
+
+# `profile --model` lists: --tp 1,2,4 (1..MAX_DEVICES), --micro-batch 1,2 (1..MAX_GLOBAL_BATCH), --recompute
+tp_list = _list_option("integers", _int_or_none, lambda v: 1 <= v <= MAX_DEVICES,
+                       f"an integer from 1 to {MAX_DEVICES:,}")
+micro_batch_list = _list_option("integers", _int_or_none, lambda v: 1 <= v <= MAX_GLOBAL_BATCH,
+                                f"an integer from 1 to {MAX_GLOBAL_BATCH:,}")
+recompute_list = _list_option("modes", str, lambda v: v in ("none", "selective", "full"),
+                              "one of none, selective, full")
+
+
+def no_dash(ctx, param, value):
+    """Callback of a `profile` option handed on to the measuring module's own parser: a name must not start
+    with '-' (it would read as an option there); a path that does is made absolute."""
+    if value is None or ctx.resilient_parsing:
+        return value
+    if isinstance(value, (list, tuple)):
+        return type(value)(no_dash(ctx, param, v) for v in value)
+    if isinstance(value, os.PathLike):
+        return Path(os.path.abspath(value)) if str(value).startswith("-") else value
+    if not str(value).strip() or str(value).startswith("-"):
+        raise _cx.BadParameter(f"must be a non-empty name not starting with '-', got {_shorten(str(value))}",
+                               ctx=ctx, param=param)
+    return value
+
+
+def json_file(ctx, param, value):
+    """Callback of a JSON input option (profile --refit): a regular file within the size limit holding
+    valid JSON (io/yamlio.py); InputError otherwise."""
+    if value is None or ctx.resilient_parsing:
+        return value
+    from baige_plan.io.yamlio import read_json
+
+    read_json(value)
     return value
 
 
@@ -136,7 +203,11 @@ class CheckedCommand(TyperCommand):
     catalog environment (BAIGE_PLAN_CATALOG, --catalog) must name folders."""
 
     def parse_args(self, ctx, args: list[str]) -> list[str]:
+        from baige_plan.io.catalog import check_roots
+
         raw = list(args)
+        if not ctx.resilient_parsing and not any(a in ("--help", "-h") for a in raw):
+            check_roots()           # BAIGE_PLAN_CATALOG first: a broken environment is named before anything else
         try:
             rest = super().parse_args(ctx, args)
         except _cx.BadParameter as e:
@@ -148,7 +219,6 @@ class CheckedCommand(TyperCommand):
             raise
         if not ctx.resilient_parsing:
             check_params(ctx)
-            from baige_plan.io.catalog import check_roots
             cat = ctx.params.get("catalog")
             check_roots(list(cat) if isinstance(cat, (list, tuple)) else ([cat] if cat else []))
         return rest

@@ -8,12 +8,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from baige_plan.errors import InputError
-from baige_plan.limits import MAX_DEVICES, MAX_GROUPS
 from baige_plan.io.chips import load_chip_file
 from baige_plan.io.models import load_model_file
 from baige_plan.io.paths import catalog_roots
 from baige_plan.io.topologies import cluster_from_shorthand, is_shorthand, load_topology_file
 from baige_plan.io.yamlio import file_kind, is_regular_file
+from baige_plan.limits import MAX_DEVICES, MAX_GROUPS
 from baige_plan.specs.chip import ChipSpec
 from baige_plan.specs.model import ModelSpec
 from baige_plan.specs.topology import ClusterSpec

@@ -18,7 +18,7 @@ from baige_plan.cost.estimate import Estimate, estimate
 from baige_plan.errors import InputError, SpecError
 from baige_plan.io.serialize import Flow, rnd, strategy_dict
 from baige_plan.search.placement import Slot
-from baige_plan.search.replan import change_pct, node_range
+from baige_plan.search.replan import change_pct, node_range, nodes_text
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
 from baige_plan.specs.pipeline import PipelinesSpec
@@ -151,7 +151,7 @@ def candidate_doc(c, old_tokens: float, with_map: bool = True) -> dict:
     if with_map:
         d["node_map"] = {g: [node_range(x) for x in _runs(ns)] for g, ns in c.node_map.items()}
         d["spare_nodes"] = [node_range(x) for x in _runs(c.spare)]
-        d["moves"] = [Flow(nodes=node_range(m.nodes), role=m.role, parameters_gb=_gb(m.params_bytes),
+        d["moves"] = [Flow(role=m.role, nodes=nodes_text(m.nodes), parameters_gb=_gb(m.params_bytes),
                            optimizer_gb=_gb(m.optimizer_bytes)) for m in c.moves]
     return d
 
@@ -170,6 +170,18 @@ def _runs(names: list[str]) -> list[list[str]]:
     return out
 
 
+def _distinct(cands: list) -> list[Flow]:
+    """The settled candidates, best first, one per (tokens/s, bytes) pair (e.g. recompute none and selective
+    of one layout at the same speed are listed once)."""
+    out, seen = [], set()
+    for c in cands:
+        key = (rnd(c.tokens_per_s), _gb(c.bytes_moved))
+        if key not in seen:
+            seen.add(key)
+            out.append(Flow(plan=c.label, family=c.family, tokens_per_s=key[0], bytes_moved_gb=key[1]))
+    return out
+
+
 def report_doc(res, old_tokens: float, out: Path | None) -> dict:
     """The re-plan report (schema baige-plan/replan/v1)."""
     w = res.world
@@ -185,8 +197,7 @@ def report_doc(res, old_tokens: float, out: Path | None) -> dict:
                        placement="the surviving nodes in order, as `plan` on the new cluster places them")
                   if res.fresh is not None else None),
         "choice": res.reason,
-        "candidates": [Flow(plan=c.label, tokens_per_s=rnd(c.tokens_per_s), bytes_moved_gb=_gb(c.bytes_moved))
-                       for c in res.candidates[:10]],
+        "candidates": _distinct(res.candidates)[:10],
         "considered": res.considered,
         "seconds": round(res.seconds, 3),
     }

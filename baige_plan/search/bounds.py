@@ -183,12 +183,15 @@ class Bounds:
         rb = 4.0 if fp32 else float(mem.zero3_reduce_bytes)
         fsdp = (zero >= 3) | bool(mem.fsdp_always)
         # stage-resident unsharded params + accumulated grads (pipelining + FSDP2): never below the gathered units
-        step_gather = fsdp & (pp > 1) & np.array([self.runtime.zero3_gather(int(x)) == "step" for x in pp], dtype=bool)
+        step_pp = [v for v in np.unique(pp).astype(int).tolist() if v > 1 and self.runtime.zero3_gather(v) == "step"]
+        step_gather = fsdp & np.isin(pp, step_pp)
         tokens = mb * job.seq_len / cp
         keep_working = (rec == RECOMPUTE.index("full")) | (
             (rec == RECOMPUTE.index("selective")) & (mem.selective == "op_sac"))
-        per_logit = np.array([loss_bytes_per_logit(mem.loss, self.runtime.execution, int(t), ab,
-                                                   EAGER.extra_loss_activation_bytes_per_logit) for t in tp])
+        per_logit = np.zeros(len(a))
+        for t in np.unique(tp).astype(int).tolist():
+            per_logit = np.where(tp == t, loss_bytes_per_logit(mem.loss, self.runtime.execution, t, ab,
+                                                               EAGER.extra_loss_activation_bytes_per_logit), per_logit)
         groups = comm_groups(tp, cp, dp, pp, ep, etp)
         per_layer = DEEPSPEED_COLLECTIVES_PER_LAYER if self.runtime.zero3_impl == "deepspeed" else \
             ZERO3_COLLECTIVES_PER_LAYER

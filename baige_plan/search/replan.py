@@ -864,30 +864,47 @@ def _roles(model, c: Candidate, slots: list[Slot]) -> dict[tuple[str, int], str]
     for key, st in seen.items():
         parts = []
         for j, i in sorted(st):
-            a, b = lay[j].stages[i].layers
-            parts.append((f"pipeline {j} " if len(lay) > 1 else "") + f"stage {i} layers [{a}, {b})")
+            st = lay[j].stages[i]
+            a, b = st.layers
+            parts.append((f"pipeline {j} " if len(lay) > 1 else "") + f"stage {i} layers [{a}, {b})"
+                         + (f" in {len(st.chunks)} interleaved chunks" if len(st.chunks) > 1 else ""))
         out[key] = "; ".join(parts)
     return out
 
 
 def _merge_moves(moves: list[Move]) -> list[Move]:
-    """Consecutive physical nodes of one group with the same new role: one entry."""
-    def key(mv: Move):
-        grp, _, idx = mv.nodes[0].rpartition(":")
-        return grp, int(idx)
-    out: list[Move] = []
-    for mv in sorted(moves, key=key):
-        if out:
-            last = out[-1]
-            g0, i0 = key(Move([last.nodes[-1]], "", 0, 0))
-            g1, i1 = key(mv)
-            if g0 == g1 and i1 == i0 + 1 and last.role == mv.role:
-                last.nodes.append(mv.nodes[0])
-                last.params_bytes += mv.params_bytes
-                last.optimizer_bytes += mv.optimizer_bytes
-                continue
-        out.append(Move(list(mv.nodes), mv.role, mv.params_bytes, mv.optimizer_bytes))
-    return out
+    """One entry per new role (stage and layers), its nodes in index order, the bytes summed; roles in pipeline
+    order."""
+    by: dict[str, Move] = {}
+    for mv in moves:
+        m = by.setdefault(mv.role, Move([], mv.role, 0.0, 0.0))
+        m.nodes += mv.nodes
+        m.params_bytes += mv.params_bytes
+        m.optimizer_bytes += mv.optimizer_bytes
+    for m in by.values():
+        m.nodes.sort(key=lambda n: (n.rpartition(":")[0], int(n.rpartition(":")[2])))
+
+    def order(role: str) -> tuple:
+        return tuple(int(x) for x in re.findall(r"\d+", role)[:3])
+    return [by[r] for r in sorted(by, key=order)]
+
+
+def nodes_text(names: list[str]) -> str:
+    """`gpu:0,8,12-15 npu:3`: nodes per group, runs of consecutive indices as ranges."""
+    groups: dict[str, list[int]] = {}
+    for n in names:
+        g, _, i = n.rpartition(":")
+        groups.setdefault(g, []).append(int(i))
+    parts = []
+    for g, idx in groups.items():
+        idx = sorted(set(idx))
+        runs, start = [], idx[0]
+        for a, b in zip(idx, idx[1:] + [None], strict=True):
+            if b is None or b != a + 1:
+                runs.append(f"{start}" if start == a else f"{start}-{a}")
+                start = b
+        parts.append(f"{g}:" + ",".join(runs))
+    return " ".join(parts)
 
 
 def node_range(nodes: list[str]) -> str:

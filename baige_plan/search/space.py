@@ -159,20 +159,26 @@ def _split_family(layers: int, pp: int, runtime: str, first: int | None, last: i
         if pp < 2:
             return ()
         f, la = first or 0, last or 0
-        acc = (1 if acc_e else 0) | (2 if acc_l else 0)
-        if (f or la) and (acc or not rt.uneven_split):
-            return ()
-        if acc and not rt.split_accounting:
-            return ()
+        if f or la:
+            if acc_e or acc_l or not rt.uneven_split:
+                return ()
+            accs = [0]
+        else:   # a flag left unpinned may take either value
+            if not rt.split_accounting:
+                return ()
+            accs = [a for a in (1, 2, 3) if (acc_e is None or bool(a & 1) == acc_e)
+                    and (acc_l is None or bool(a & 2) == acc_l)]
         for v in range(1, vmax + 1):
             if v > 1 and (f or la) and not rt.uneven_interleaved:
                 continue
-            try:
-                chunk_layers(StrategySpec(pp=pp, vpp=v, first_stage_layers=first, last_stage_layers=last,
-                                          account_for_embedding=bool(acc_e), account_for_loss=bool(acc_l)), layers)
-            except SpecError:
-                continue
-            out.append((v, f, la, acc))
+            for acc in accs:
+                try:
+                    chunk_layers(StrategySpec(pp=pp, vpp=v, first_stage_layers=first, last_stage_layers=last,
+                                              account_for_embedding=bool(acc & 1), account_for_loss=bool(acc & 2)),
+                                 layers)
+                except SpecError:
+                    continue
+                out.append((v, f, la, acc))
         return tuple(out)
     for v in range(1, vmax + 1):
         if pp > 1 and layers % (pp * v) == 0:

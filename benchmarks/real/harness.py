@@ -61,7 +61,7 @@ def cli_command(cfg: C.RunConfig) -> str:
         parts += ["--tp", str(cfg.tp)]
     if cfg.strategy == "pp":
         parts += ["--pp", str(cfg.pp), "--pp-schedule", cfg.pp_schedule] + (["--tp", str(cfg.tp)] if cfg.tp > 1 else [])
-    if cfg.strategy in ("tp", "pp") and (cfg.dp > 1 or cfg.tp * cfg.pp > 1 and cfg.strategy == "pp" and cfg.tp > 1):
+    if cfg.strategy in ("tp", "pp") and (cfg.dp > 1 or (cfg.strategy == "pp" and cfg.tp > 1)):
         parts += ["--dp", str(cfg.dp)]
     if cfg.model.moe is not None:
         parts += ["--ep", str(cfg.ep), "--router", cfg.router]
