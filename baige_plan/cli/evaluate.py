@@ -70,6 +70,10 @@ def evaluate(
     account_for_loss: bool = typer.Option(False, "--account-for-loss/--no-account-for-loss",
                                           help="Count the output layer and loss as one pipeline layer of the last "
                                           "stage (Megatron --account-for-loss-in-pipeline-split)."),
+    grad_reduce_bf16: bool = typer.Option(False, "--grad-reduce-in-bf16/--grad-reduce-in-fp32",
+                                          help="Megatron: keep main gradients in bf16 and reduce them in bf16 "
+                                          "(--grad-reduce-in-bf16; Megatron-Bridge perf recipes' "
+                                          "grad_reduce_in_fp32=False). Default: fp32 main grads."),
     max_memory_frac: float = typer.Option(1.0, "--max-memory-frac",
                                           help="Fraction of device memory the strategy may use (fits: peak <= "
                                           "capacity x F; the output states F and the margin; `plan` defaults "
@@ -108,7 +112,8 @@ def evaluate(
         s = StrategySpec(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, zero=zero, micro_batch=micro_batch, vpp=vpp,
                          recompute=recompute.value, sequence_parallel=sequence_parallel, attention=attention.value,
                          first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
-                         account_for_embedding=account_for_embedding, account_for_loss=account_for_loss)
+                         account_for_embedding=account_for_embedding, account_for_loss=account_for_loss,
+                         grad_reduce_bf16=grad_reduce_bf16)
         s = pick_runtime(s, m, job, runtime)
         if execution is not None:
             s = s.with_(execution=execution.value)

@@ -185,7 +185,7 @@ def plan_inputs(doc: dict, src: str) -> tuple[ModelSpec, ClusterSpec, JobSpec]:
 _STRAT_KEYS = {"tp", "pp", "dp", "cp", "ep", "zero", "micro_batch", "global_batch", "vpp", "recompute",
                "sequence_parallel"}
 _STRAT_OPT = {"etp", "attention", "first_stage_layers", "last_stage_layers", "execution", "runtime",
-              "account_for_embedding", "account_for_loss"}
+              "account_for_embedding", "account_for_loss", "grad_reduce_bf16"}
 _KNOBS = {"micro_batch", "cp", "ep", "etp", "zero", "vpp", "recompute", "sequence_parallel"}
 
 

@@ -137,6 +137,10 @@ RUNTIME = RuntimeSpec(
     uneven_split=True,
     uneven_interleaved=True,
     split_accounting=True,
+    # --grad-reduce-in-bf16 (megatron/training/arguments.py validate_args: with --bf16 it sets
+    # accumulate_allreduce_grads_in_fp32 = False, so main grads and their reduction are bf16); Megatron-Bridge
+    # perf recipes set the equivalent grad_reduce_in_fp32=False (e.g. llama31_405b_pretrain_1024gpu_h100_bf16)
+    bf16_grad_reduce=True,
     sequence_parallel="optional",
     recompute=("none", "selective", "full"),
     precisions=("bf16", "fp16", "fp8", "fp32", "tf32"),
@@ -302,6 +306,8 @@ def megatron_args(doc: dict) -> tuple[list[tuple[str, object]], list[str], list[
         a.append(("--use-distributed-optimizer", None))
     if overlap:   # validate_args: --overlap-param-gather needs the distributed optimizer and --overlap-grad-reduce
         a += [("--overlap-grad-reduce", None)] + ([("--overlap-param-gather", None)] if zero >= 1 else [])
+    if s.get("grad_reduce_bf16"):
+        a.append(("--grad-reduce-in-bf16", None))
     if s.get("tp_comm_overlap"):
         if tp > 1 and s.get("sequence_parallel"):
             a.append(("--tp-comm-overlap", None))

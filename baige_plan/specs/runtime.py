@@ -175,6 +175,7 @@ class RuntimeSpec:
     memory: MemorySemantics = field(default_factory=MemorySemantics)   # what it allocates (cost/memory.py)
     uneven_interleaved: bool = False   # first/last stage layer counts together with vpp > 1
     split_accounting: bool = False     # embedding / loss counted as pipeline layers (Megatron account_for_*)
+    bf16_grad_reduce: bool = False     # bf16 main grads reduced in bf16 (Megatron --grad-reduce-in-bf16)
     notes: tuple[str, ...] = field(default_factory=tuple)   # sources for the semantics above
     extra_refusal: Callable[..., str | None] | None = None   # runtime-specific rules (model, job, strategy)
 
@@ -222,6 +223,11 @@ class RuntimeSpec:
                            account=bool(getattr(s, "account_for_embedding", False) or getattr(s, "account_for_loss", False)))
         if v is not None:
             return v[1]
+        if getattr(s, "grad_reduce_bf16", False):
+            if not self.bf16_grad_reduce:
+                return f"{self.name} has no bf16 gradient-reduction option (Megatron --grad-reduce-in-bf16)"
+            if job is not None and job.precision not in ("bf16", "fp8"):
+                return f"--grad-reduce-in-bf16 applies to bf16/fp8 training, not {job.precision}"
         if self.extra_refusal is not None:
             return self.extra_refusal(s, model, job)
         return None

@@ -50,6 +50,7 @@ class StrategySpec:
     last_stage_layers: int | None = None    # Megatron --decoder-last-pipeline-num-layers
     account_for_embedding: bool = False     # Megatron --account-for-embedding-in-pipeline-split
     account_for_loss: bool = False          # Megatron --account-for-loss-in-pipeline-split
+    grad_reduce_bf16: bool = False          # Megatron --grad-reduce-in-bf16: bf16 main grads, reduced in bf16
     overlap_grad_reduce: bool = True        # DP gradient reduction overlapped with the last backward
     execution: str = "fused"                # fused (Megatron/TE kernels) | eager (PyTorch eager + autocast)
     tp_comm_overlap: bool = False           # Transformer Engine userbuffers: TP collectives overlap the GEMMs

@@ -788,14 +788,14 @@ def validate_cases(results: list[Result]) -> list[Case]:
 
 
 def run_all(cases: list[Case], workers: int, root: Path | None = None, mem_limit: int = 6 << 30,
-            progress=None) -> tuple[list[Result], dict[str, Result]]:
+            progress=None, retry: bool = True) -> tuple[list[Result], dict[str, Result]]:
     own = root is None
     root = Path(tempfile.mkdtemp(prefix="baige-fuzz-")) if own else root
     pool = Pool(workers, mem_limit)
     try:
         results = pool.run(cases, root / "cases", progress)
         # a timeout on a loaded machine is not a hang: each one runs again alone, with 3x the time
-        late = [i for i, r in enumerate(results) if r.code == -1]
+        late = [i for i, r in enumerate(results) if r.code == -1] if retry else []
         if late:
             pool.close()
             pool = Pool(1, mem_limit)

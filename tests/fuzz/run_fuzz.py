@@ -31,6 +31,7 @@ def main() -> int:
     ap.add_argument("--show", type=int, default=40, help="violating cases to print")
     ap.add_argument("--keep", type=Path, help="keep the cases' folders here")
     ap.add_argument("--family", help="only cases of this family (prefix)")
+    ap.add_argument("--no-retry", action="store_true", help="do not run timed-out cases again alone (3x the time)")
     ap.add_argument("--repro", type=int, metavar="I", help="write case I of the seed under --keep (default ./fuzz-case) "
                     "and run it as a subprocess with BAIGE_PLAN_DEBUG=1 (a traceback for an internal error)")
     a = ap.parse_args()
@@ -52,7 +53,7 @@ def main() -> int:
             print(f"\r{done}/{total} ({time.monotonic() - t0:.0f} s)", end="", file=sys.stderr, flush=True)
 
     try:
-        results, validated = fuzzlib.run_all(cases, a.workers, root, progress=progress)
+        results, validated = fuzzlib.run_all(cases, a.workers, root, progress=progress, retry=not a.no_retry)
     finally:
         if a.keep is None:
             shutil.rmtree(root, ignore_errors=True)
