@@ -70,10 +70,21 @@ def _recompute(text: Any) -> str:
     raise ValueError(f"cannot read recompute {text!r} (full | selective | none)")
 
 
+def _megatron_recipe(par: dict) -> bool:
+    """NeMo / Megatron-Bridge runs: their recipes' defaults fill what a published table leaves unstated."""
+    fw = str(par.get("framework") or "").lower()
+    return "nemo" in fw or "megatron-bridge" in fw
+
+
 def _zero(par: dict) -> int:
     if isinstance(par.get("zero"), int):
         return par["zero"]
     t = str(par.get("zero_or_sharding") or "none").lower()
+    if _megatron_recipe(par) and "not stated" in t and "fsdp" not in t.split("not stated")[0].replace("fully-sharded column is 0", ""):
+        # unstated distributed optimizer in a NeMo / Megatron-Bridge run: every Megatron-Bridge recipe builds its
+        # optimizer with use_distributed_optimizer=True (NVIDIA-NeMo/Megatron-Bridge@067f987d
+        # src/megatron/bridge/recipes/utils/optimizer_utils.py), i.e. ZeRO-1
+        return 1
     for stage in (3, 2, 1):
         if f"zero-{stage}" in t or f"zero{stage}" in t or f"stage {stage}" in t:
             return stage
@@ -235,6 +246,11 @@ def _case(row: dict, rid: str, md: dict, hw: dict, par: dict, notes: list[str], 
         if not par.get("execution"):
             notes.append(f"execution {execution} (framework {par.get('framework')!r})")
         sp = par.get("sequence_parallel")
+        if sp is None and _megatron_recipe(par):
+            # Megatron-Bridge recipes set sequence_parallel exactly when tensor_model_parallel_size > 1
+            # (NVIDIA-NeMo/Megatron-Bridge@067f987d src/megatron/bridge/recipes/llama/h100/llama3.py)
+            sp = par_int("tp") > 1
+            notes.append(f"sequence parallelism unstated: {'on' if sp else 'off'} (Megatron-Bridge recipe default)")
         strategy = StrategySpec(tp=par_int("tp"), pp=pp, dp=par_int("dp"), cp=par_int("cp"), ep=par_int("ep"),
                                 etp=par_int("etp"), zero=_zero(par), micro_batch=mb, vpp=vpp,
                                 recompute=_recompute(par.get("recompute")),
