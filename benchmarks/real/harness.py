@@ -489,6 +489,32 @@ def _env_info(torch) -> dict:
             "cuda": str(torch.version.cuda), "nccl": nccl, "gpus_per_node": torch.cuda.device_count()}
 
 
+#: id of the run being profiled (set by main), for _keep_trace
+_TRACE_TAG = ""
+
+
+def _keep_trace(path: Path) -> None:
+    """Opt-in: keep the profiled step's Chrome trace, gzipped, as
+    $BAIGE_TRACE_DIR/<run id>_r<rank>.json.gz when the run id matches the regular expression
+    $BAIGE_TRACE_MATCH (default: every run) and the rank is in $BAIGE_TRACE_RANKS (default "0")."""
+    d = os.environ.get("BAIGE_TRACE_DIR")
+    rank = os.environ.get("RANK", "0")
+    if not d or not path.exists() or rank not in os.environ.get("BAIGE_TRACE_RANKS", "0").split(","):
+        return
+    import gzip
+    import re
+    import shutil
+
+    if not re.search(os.environ.get("BAIGE_TRACE_MATCH", ""), _TRACE_TAG):
+        return
+    try:
+        Path(d).mkdir(parents=True, exist_ok=True)
+        with path.open("rb") as src, gzip.open(Path(d) / f"{_TRACE_TAG or 'run'}_r{rank}.json.gz", "wb") as dst:
+            shutil.copyfileobj(src, dst)
+    except OSError as e:
+        print(f"harness: trace not kept ({e})", file=sys.stderr)
+
+
 def _profile_step(torch, step, sync) -> dict:
     """One extra step under torch.profiler (after the timed steps; not in the median): the
     figures of steptrace.analyze_trace, plus the profiled step's own wall and host times."""
@@ -512,6 +538,7 @@ def _profile_step(torch, step, sync) -> dict:
     except Exception as e:  # noqa: BLE001 - fall back on the profiler's own event list
         print(f"harness: chrome trace unreadable ({type(e).__name__}: {e}); using prof.events()", file=sys.stderr)
     finally:
+        _keep_trace(path)
         path.unlink(missing_ok=True)
     if out is None or (torch.cuda.is_available() and out["kernels_per_step"] == 0):
         from torch.autograd import DeviceType
@@ -787,6 +814,8 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
         t0 = time.time()
+        global _TRACE_TAG
+        _TRACE_TAG = cfg.id
         try:
             res = run_one(cfg, torch, dist, rank, local_rank, log, profile=ns.profile)
         except Exception as e:  # noqa: BLE001 - record and continue with the next configuration

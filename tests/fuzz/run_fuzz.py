@@ -64,6 +64,14 @@ def main() -> int:
           f"{a.start + a.n - 1})")
     for r, v in bad[:a.show]:
         print(fuzzlib.describe(r, v))
+    shown = set()
+    for r in results:           # one example of each known crash, with the line that reproduces it
+        why = fuzzlib.known(r) if fuzzlib.violations(r, validated.get(r.case.id)) else None
+        if why and why not in shown:
+            shown.add(why)
+            i = int(r.case.id.split("-")[1])
+            print(f"known: {why}\n  e.g. python tests/fuzz/run_fuzz.py --seed {a.seed} --repro {i}\n"
+                  + fuzzlib.describe(r, [r.exception or "see stderr"]))
     if len(bad) > a.show:
         print(f"... and {len(bad) - a.show} more")
     return 1 if bad else 0
