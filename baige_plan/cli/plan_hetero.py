@@ -42,14 +42,14 @@ def plan_hetero(cat, m: ModelSpec, cl: ClusterSpec, job: JobSpec, *, micro_batch
         if objective == "cost":   # the cheapest group subset (search/whatif.py); idle devices are not paid
             from baige_plan.search.whatif import cheapest_subset
             r, tried = cheapest_subset(m, cl, job, base, memory_frac=max_memory_frac,
-                                       time_limit_s=time_limit or 10.0, recompute_pinned=recompute is not None,
+                                       time_limit_s=time_limit, recompute_pinned=recompute is not None,
                                        lim=lim, price=prices, tokens=tokens)
             for o in tried:
                 note(f"--objective cost: groups {'+'.join(o.groups)}: " + (
                     f"{o.cost.hours:.4g} h, ${o.cost.usd:,.2f} on {o.cost.devices_paid} devices" if o.cost
                     else f"no plan ({o.why})"))
         else:
-            r = solve(m, cl, job, base, memory_frac=max_memory_frac, time_limit_s=time_limit or 10.0,
+            r = solve(m, cl, job, base, memory_frac=max_memory_frac, time_limit_s=time_limit,
                       recompute_pinned=recompute is not None, lim=lim)
         chip_docs = chip_docs_from_catalog(cat, cl) if out else {}
     except InputError as ex:

@@ -466,11 +466,14 @@ def _runtime_ok(cluster: ClusterSpec, model: ModelSpec, p: PipelinesSpec, refuse
 
 
 def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySpec, *, memory_frac: float = 0.9,
-          time_limit_s: float = 10.0, per_group_top: int = 2, recompute_pinned: bool = False,
+          time_limit_s: float | None = None, per_group_top: int = 2, recompute_pinned: bool = False,
           lim: Limits | None = None) -> HeteroResult:
     """Best heterogeneous plan within the caps and pins `lim`. Tries recompute selective then full
-    unless pinned."""
+    unless pinned. `time_limit_s` (None: no limit, and the result is reproducible to the byte): templates
+    are solved in label order; at the limit the remaining ones are skipped, and the status says FEASIBLE
+    with how many were solved (the single-group searches get the same limit)."""
     t0 = time.perf_counter()
+    deadline = math.inf if time_limit_s is None else t0 + time_limit_s
     if lim is None:
         lim = Limits(recompute=base.recompute if recompute_pinned else None)
     variants = [base] if (recompute_pinned or lim.recompute) else \
@@ -493,10 +496,15 @@ def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySp
             seen.add(t)
             pending.append((t, v))
     n_temps = len(pending)
-    per = min(CP_SAT_MAX_PER_TEMPLATE, 0.5 * time_limit_s / max(1, n_temps))
+    per = CP_SAT_MAX_PER_TEMPLATE if time_limit_s is None else \
+        min(CP_SAT_MAX_PER_TEMPLATE, 0.5 * time_limit_s / max(1, n_temps))
     cache: dict = {}
     solved = []
+    stopped = False
     for t, v in pending:
+        if solved and time.perf_counter() > deadline:
+            stopped = True          # --time-limit: keep what is solved (status FEASIBLE below)
+            break
         sol = _solve_template(model, cluster, job, t, v, memory_frac, per, cache)
         solves += 1
         if sol is not None:
@@ -534,6 +542,8 @@ def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySp
                         f"{', '.join(v.recompute for v in variants)}); add devices or lower the micro-batch")
     results.sort(key=lambda r: (r[0], r[1]))
     _, label, p, e, status, gap = results[0]
+    if stopped:
+        status = f"FEASIBLE (time limit: {solves} of {n_temps} templates solved)"
     p = normalized(p)
     e = _exact(model, cluster, job, p, memory_frac) or e
     runners = tuple((lab, e_) for _st, lab, _p, e_, *_ in results[1:6])
