@@ -179,6 +179,43 @@ def replan_gpt3_512_lose_one_node(repeats: int = 3) -> dict:
 BENCHMARKS.append(replan_gpt3_512_lose_one_node)
 
 
+def _partial(model: str, cluster: str, global_batch: int, seq_len: int, repeats: int = 3) -> dict:
+    """Issue 12 item 2: what `plan` runs on one chip group (search/partial.py: the node counts C(N), the compute
+    floor skipping those that cannot win) next to the full-cluster search alone, measured in the same run."""
+    from baige_plan.search.partial import search_partial
+
+    m, cl, job = _inputs(model, cluster, global_batch, seq_len)
+    full, f_best, _ = _timed(lambda: search(m, cl, job), repeats)
+    r, best, worst = _timed(lambda: search_partial(m, cl, job), repeats)
+    e = r.result.best
+    return {"seconds_best": round(best, 3), "seconds_worst": round(worst, 3),
+            "full_count_search_seconds_best": round(f_best, 3), "overhead_s": round(best - f_best, 3),
+            "counts": ", ".join(f"{c.nodes}: " + ("skipped (compute floor)" if c.skipped else
+                                                   f"{c.result.best.tokens_per_s:,.0f} tokens/s" if c.result and
+                                                   c.result.plans else "no plan") for c in r.counts),
+            "chosen": f"{r.nodes} of {cl.groups[0].nodes} nodes, {e.tokens_per_s:,.0f} tokens/s" if e else "none",
+            "full_count": f"{full.best.tokens_per_s:,.0f} tokens/s" if full.plans else "no plan"}
+
+
+def partial_gpt3_512() -> dict:
+    return _partial("gpt3-175b", "a100-sxm4-80g:64x8", 1536, 2048)
+
+
+def partial_gpt3_16384() -> dict:
+    return _partial("gpt3-175b", "a100-sxm4-80g:2048x8", 8192, 2048)
+
+
+def partial_gpt3_800() -> dict:
+    return _partial("gpt3-175b", "a100-sxm4-80g:100x8", 1600, 2048)
+
+
+def partial_llama3_70b_800() -> dict:
+    return _partial("llama3-70b", "h100-sxm5-80g:100x8", 1024, 8192)
+
+
+BENCHMARKS += [partial_gpt3_512, partial_gpt3_16384, partial_gpt3_800, partial_llama3_70b_800]
+
+
 def main() -> int:
     print(f"# baige-plan benchmarks ({os.cpu_count()} CPUs visible)")
     failed = 0

@@ -138,7 +138,7 @@ def test_gate_limits_in_percent():
     (["--fail-above-median", "nan"], 2), (["--fail-above-p90", "-1"], 2), (["--fail-above-p90", "x"], 2),
 ])
 def test_cli_gate_exit_codes(monkeypatch, args, code):
-    monkeypatch.setattr(cli_backtest, "backtest_files", lambda paths, catalog: _doc())
+    monkeypatch.setattr(cli_backtest, "backtest_files", lambda paths, catalog, **kw: _doc())   # kw: progress
     r = runner.invoke(app, ["backtest", "set.yaml", "--format", "json", *args])
     assert r.exit_code == code, (r.stdout, r.stderr)
     if code == 3:
@@ -151,7 +151,7 @@ def test_cli_gate_exit_codes(monkeypatch, args, code):
 
 
 def test_cli_table_prints_summary(monkeypatch):
-    monkeypatch.setattr(cli_backtest, "backtest_files", lambda paths, catalog: _doc())
+    monkeypatch.setattr(cli_backtest, "backtest_files", lambda paths, catalog, **kw: _doc())   # kw: progress
     r = runner.invoke(app, ["backtest", "set.yaml"])
     assert r.exit_code == 0, r.output
     out = " ".join(r.stdout.split())

@@ -66,7 +66,8 @@ def _args(name: str) -> list[str]:
 
 
 def _evaluate(name: str):
-    r = runner.invoke(app, ["evaluate", *_args(name), "--format", "json"])
+    # the recipes ran on these devices: the fit question is against the whole device (--max-memory-frac 1)
+    r = runner.invoke(app, ["evaluate", *_args(name), "--max-memory-frac", "1", "--format", "json"])
     assert r.exit_code in (0, 1), r.output
     return r.exit_code, json.loads(r.stdout)
 

@@ -11,6 +11,7 @@ from baige_plan import __version__
 from baige_plan.cli.backtest import backtest
 from baige_plan.cli.catalog import catalog
 from baige_plan.cli.check import check
+from baige_plan.cli.common import set_quiet
 from baige_plan.cli.diff import diff
 from baige_plan.cli.evaluate import evaluate
 from baige_plan.cli.explain import explain
@@ -43,8 +44,11 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                       help="Print the version and exit.")) -> None:
+                                       help="Print the version and exit."),
+          quiet: bool = typer.Option(False, "--quiet", "-q", help="No notes and no progress on stderr (errors are "
+                                     "still printed); put it before the command: baige-plan --quiet plan ...")) -> None:
     """baige-plan: given a model, a cluster and a batch, find the fastest parallel plan that fits."""
+    set_quiet(quiet)
 
 
 def main() -> None:

@@ -10,8 +10,9 @@ from pathlib import Path
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
-from baige_plan.cli.common import CatalogOpt, err, fail_input
+from baige_plan.cli.common import CatalogOpt, err, fail_input, progress_line
 from baige_plan.errors import InputError
 from baige_plan.io.backtest import backtest_files, gate
 from baige_plan.io.catalog import Catalog
@@ -50,7 +51,8 @@ def backtest(
     median_lim = _pct_opt("--fail-above-median", fail_median)
     p90_lim = _pct_opt("--fail-above-p90", fail_p90)
     try:
-        doc = backtest_files(list(runs), Catalog.create(catalog or []))
+        with progress_line("backtest") as prog:      # on stderr after a second; never with --quiet
+            doc = backtest_files(list(runs), Catalog.create(catalog or []), progress=prog.update)
     except InputError as e:
         fail_input(e)
     label = ", ".join(str(p) for p in runs)
@@ -82,7 +84,7 @@ def _print_tables(doc: dict, label: str) -> None:
         t.add_row(r["id"], r["strategy"], f"{r['measured_step_time_s']:.4g}" if r["measured_step_time_s"] else "-",
                   f"{r['predicted_step_time_s']:.4g}", f"{err_:+.1%}" if err_ is not None else "-",
                   f"{mem_m:.2f}" if mem_m else "-", f"{mem_p:.2f}" if mem_m else "-")
-    console = Console(width=max(Console().width, 140))
+    console = Console(width=max(Console().width, 140), markup=False)   # ids and paths print as written
     console.print(t)
     sets = doc.get("sets") or [{"file": label, "summary": doc["summary"]}]
     for st in sets + ([{"file": "all sets", "summary": doc["summary"]}] if len(sets) > 1 else []):
@@ -94,9 +96,9 @@ def _print_tables(doc: dict, label: str) -> None:
 
 
 def _print_summary(console: Console, name: str, s: dict) -> None:
-    console.print(f"[bold]{name}[/bold]: {s['evaluated_rows']} of {s['runs_total']} runs evaluated "
-                  f"({s['evaluated_share']:.0%}); refused {s['refused_rows']}, predicted not to fit "
-                  f"{s['does_not_fit_rows']}")
+    console.print(Text.assemble((name, "bold"), f": {s['evaluated_rows']} of {s['runs_total']} runs evaluated "
+                                f"({s['evaluated_share']:.0%}); refused {s['refused_rows']}, predicted not to fit "
+                                f"{s['does_not_fit_rows']}"))
     for r in s["refused"]:
         console.print(f"  refused: {r['id']}: {r['field']}: {r['reason']}")
     if s["does_not_fit"]:

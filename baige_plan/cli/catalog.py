@@ -6,7 +6,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from baige_plan.cli.common import CatalogOpt, Fmt, fail_input
+from baige_plan.cli.common import FORMAT_HELP, CatalogOpt, Fmt, fail_input
 from baige_plan.errors import InputError
 from baige_plan.io.catalog import Catalog
 from baige_plan.io.catalog_view import _v, chip_rows, detail, model_rows, topology_rows
@@ -18,7 +18,7 @@ KINDS = ("chips", "models", "topologies")
 def catalog(
     kind: str = typer.Argument(..., help="chips | models | topologies"),
     name: str = typer.Argument(None, help="Show one entry in full (with sources)."),
-    fmt: Fmt = typer.Option(Fmt.table, "--format"),
+    fmt: Fmt = typer.Option(Fmt.table, "--format", help=FORMAT_HELP),
     catalog: list[str] = CatalogOpt,
 ) -> None:
     """List the catalog; `catalog chips` is the AI-efficiency matrix (peak and measured)."""
@@ -40,11 +40,11 @@ def catalog(
     t = Table(title=f"{kind} ({len(rows)})" + ("  — AI-efficiency matrix: peak | measured fraction" if kind == "chips"
                                                else ""), title_justify="left")
     if not rows:
-        Console().print(t)
+        Console(markup=False).print(t)
         return
     for col in rows[0]:
         t.add_column(col, justify="left" if col in ("id", "name", "family", "groups", "bridges", "moe",
                                                     "scaleup_kind") else "right", no_wrap=col in ("id", "name"))
     for r in rows:
         t.add_row(*[_v(v, "{:.3g}") if isinstance(v, float) or v is None else str(v) for v in r.values()])
-    Console(width=max(Console().width, 160)).print(t)
+    Console(width=max(Console().width, 160), markup=False).print(t)   # names from user catalogs print as written

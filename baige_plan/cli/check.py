@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from baige_plan.cli.common import CatalogOpt, err, fail_input
+from baige_plan.cli.common import CatalogOpt, err, fail_input, progress_line
 
 
 def check(plan: Path = typer.Argument(..., help="The new plan file."),
@@ -27,8 +27,9 @@ def check(plan: Path = typer.Argument(..., help="The new plan file."),
         raise typer.Exit(2)
     tolerance += 0.0        # -0.0 -> 0.0
     try:    # both files pass every check `baige-plan validate` makes, or exit 2
-        a, _ = validate_plan_file(baseline)
-        b, e_now = validate_plan_file(plan)
+        with progress_line("checking") as prog:      # on stderr after a second; never with --quiet
+            a, _ = validate_plan_file(baseline, step=lambda text: prog.update(f"checking {text}"))
+            b, e_now = validate_plan_file(plan, step=lambda text: prog.update(f"checking {text}"))
     except InputError as ex:
         fail_input(ex)
     now = estimate_dict(e_now)

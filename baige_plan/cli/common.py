@@ -11,8 +11,20 @@ import typer
 from baige_plan.errors import InputError, SpecError
 from baige_plan.runtimes import NAMES as RUNTIME_NAMES
 
+# the default of --max-memory-frac, one value for every command that takes it (plan, evaluate, whatif): a plan
+# or strategy fits when its peak memory is at most this fraction of the device's
+MAX_MEMORY_FRAC = 0.9
+
 CatalogOpt = typer.Option(None, "--catalog", help="Extra catalog folder (chips/, models/, topologies/); repeatable. "
                           "Also BAIGE_PLAN_CATALOG.")
+
+
+# help texts of options several commands share (one wording everywhere)
+PRECISION_HELP = ("Training precision: bf16, fp16, fp8, fp32 (IEEE fp32 on CUDA cores) or tf32 (fp32 storage, TF32 "
+                  "matrix math).")
+FORMAT_HELP = "Output: table (for people), json or yaml (one document on stdout)."
+ATTENTION_HELP = "flash (fused kernels) or standard (materialised scores, 2021-era)."
+RECOMPUTE_HELP = "Activation recomputation: none, selective (attention core) or full (every layer)."
 
 
 class Fmt(str, Enum):
@@ -53,13 +65,40 @@ class Attention(str, Enum):
     standard = "standard"
 
 
+# `baige-plan --quiet COMMAND` (cli/app.py sets it on every invocation): no notes and no progress on stderr;
+# errors are still printed
+_QUIET = {"on": False}
+
+
+def set_quiet(on: bool) -> None:
+    _QUIET["on"] = bool(on)
+
+
+def is_quiet() -> bool:
+    return _QUIET["on"]
+
+
 def err(msg: str) -> None:
-    """One line on stderr."""
+    """One line on stderr (printed even with --quiet)."""
     print(f"baige-plan: {msg}", file=sys.stderr)
 
 
 def note(msg: str) -> None:
-    print(f"note: {msg}", file=sys.stderr)
+    """A note on stderr, unless --quiet."""
+    if not _QUIET["on"]:
+        print(f"note: {msg}", file=sys.stderr)
+
+
+def progress_line(text: str = "", after_s: float = 1.0):
+    """A transient progress line on stderr for work that may take over a second (io/render_plans.Progress):
+    shown after `after_s` seconds, only on a terminal, never with --quiet. `text`: a format string over
+    done and total for `progress(done, total)` calls, or the first status for `.update(text)` calls."""
+    from baige_plan.io.render_plans import Progress
+
+    p = Progress(after_s=after_s, text=text or Progress.SEARCH, enabled=not _QUIET["on"])
+    if text and "{" not in text:
+        p.update(text)
+    return p
 
 
 def fail_input(e: InputError | SpecError, source: str = "") -> None:

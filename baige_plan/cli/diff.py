@@ -6,12 +6,12 @@ from pathlib import Path
 
 import typer
 
-from baige_plan.cli.common import CatalogOpt, Fmt, fail_input
+from baige_plan.cli.common import FORMAT_HELP, CatalogOpt, Fmt, fail_input, progress_line
 
 
 def diff(plan_a: Path = typer.Argument(..., help="Plan file A."),
          plan_b: Path = typer.Argument(..., help="Plan file B."),
-         fmt: Fmt = typer.Option(Fmt.table, "--format"),
+         fmt: Fmt = typer.Option(Fmt.table, "--format", help=FORMAT_HELP),
          catalog: list[str] = CatalogOpt) -> None:
     """Show the differences between two plan files (as written), for humans or as JSON."""
     from baige_plan.errors import InputError
@@ -21,7 +21,9 @@ def diff(plan_a: Path = typer.Argument(..., help="Plan file A."),
     from baige_plan.io.render_plans import diff_table, print_tables
 
     try:    # both files pass every check `baige-plan validate` makes, or exit 2
-        (a, _), (b, _) = validate_plan_file(plan_a), validate_plan_file(plan_b)
+        with progress_line("comparing") as prog:     # on stderr after a second; never with --quiet
+            a, _ = validate_plan_file(plan_a, step=lambda text: prog.update(f"comparing {text}"))
+            b, _ = validate_plan_file(plan_b, step=lambda text: prog.update(f"comparing {text}"))
     except InputError as ex:
         fail_input(ex)
     c = compare(a, b)

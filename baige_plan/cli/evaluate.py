@@ -7,6 +7,11 @@ from pathlib import Path
 import typer
 
 from baige_plan.cli.common import (
+    ATTENTION_HELP,
+    FORMAT_HELP,
+    MAX_MEMORY_FRAC,
+    PRECISION_HELP,
+    RECOMPUTE_HELP,
     Attention,
     CatalogOpt,
     Execution,
@@ -39,21 +44,21 @@ def evaluate(
     global_batch: int = typer.Option(None, "--global-batch", help="Sequences per optimizer step "
                                      "[default: dp x micro-batch x 4 x pp]."),
     seq_len: int = typer.Option(None, "--seq-len", help="Sequence length [default: the model's]."),
-    precision: Precision = typer.Option(Precision.bf16, "--precision"),
-    tp: int = typer.Option(1, "--tp"),
-    pp: int = typer.Option(1, "--pp"),
+    precision: Precision = typer.Option(Precision.bf16, "--precision", help=PRECISION_HELP),
+    tp: int = typer.Option(1, "--tp", help="Tensor parallel size (within a node)."),
+    pp: int = typer.Option(1, "--pp", help="Pipeline parallel size (stages)."),
     dp: int = typer.Option(None, "--dp", help="[default: devices / (tp x pp x cp)]"),
-    cp: int = typer.Option(1, "--cp"),
-    ep: int = typer.Option(1, "--ep"),
+    cp: int = typer.Option(1, "--cp", help="Context parallel size (sequence split across devices)."),
+    ep: int = typer.Option(1, "--ep", help="Expert parallel size (MoE models; divides tp x cp x dp / etp)."),
     etp: int = typer.Option(1, "--etp", help="Expert tensor parallel size."),
     zero: int = typer.Option(1, "--zero", min=0, max=3, help="ZeRO stage (1 = distributed optimizer)."),
-    micro_batch: int = typer.Option(1, "--micro-batch"),
+    micro_batch: int = typer.Option(1, "--micro-batch", help="Sequences per micro-batch."),
     vpp: int = typer.Option(1, "--vpp", help="Model chunks per device (interleaved 1F1B); 1 = none."),
-    recompute: Recompute = typer.Option(Recompute.selective, "--recompute"),
+    recompute: Recompute = typer.Option(Recompute.selective, "--recompute", help=RECOMPUTE_HELP),
     sequence_parallel: bool = typer.Option(None, "--sequence-parallel/--no-sequence-parallel",
                                            help="[default: on when tp > 1]"),
     attention: Attention = typer.Option(Attention.flash, "--attention",
-                                        help="flash (fused kernels) or standard (materialised scores, 2021-era)."),
+                                        help=ATTENTION_HELP),
     execution: Execution = typer.Option(None, "--execution",
                                         help="fused (Megatron/TE kernels) or eager (PyTorch eager + autocast) "
                                         "[default: the runtime's]."),
@@ -74,11 +79,13 @@ def evaluate(
                                           help="Megatron: keep main gradients in bf16 and reduce them in bf16 "
                                           "(--grad-reduce-in-bf16; Megatron-Bridge perf recipes' "
                                           "grad_reduce_in_fp32=False). Default: fp32 main grads."),
-    max_memory_frac: float = typer.Option(1.0, "--max-memory-frac",
+    max_memory_frac: float = typer.Option(MAX_MEMORY_FRAC, "--max-memory-frac",
                                           help="Fraction of device memory the strategy may use (fits: peak <= "
-                                          "capacity x F; the output states F and the margin; `plan` defaults "
-                                          "to 0.9)."),
-    fmt: Fmt = typer.Option(Fmt.table, "--format"),
+                                          "capacity x F; the output states F and the margin; the same default "
+                                          "as `plan`)."),
+    fmt: Fmt = typer.Option(Fmt.table, "--format", help=FORMAT_HELP),
+    exclude: list[str] = typer.Option(None, "--exclude", help="Nodes not to use: GROUP:INDEX or GROUP:FIRST-LAST "
+                                      "(as `plan --exclude`); the strategy runs on the nodes left."),
     catalog: list[str] = CatalogOpt,
     profile: list[Path] = ProfileOpt,
 ) -> None:
@@ -89,6 +96,9 @@ def evaluate(
             if profile:
                 raise InputError("--profile", "", "a plan file carries its profiles (inputs.cluster.groups[].profile); "
                                  "--profile applies to MODEL CLUSTER")
+            if exclude:
+                raise InputError("--exclude", " ".join(exclude), "applies to MODEL CLUSTER; a plan file's placement "
+                                 "names the nodes it uses")
             from baige_plan.io.plans import evaluate_plan_file
             doc, fits = evaluate_plan_file(plan)
             _emit_doc(doc, fmt, fits)
@@ -102,6 +112,9 @@ def evaluate(
         cl, bridged = cat.cluster(cluster)
         if bridged:
             note("shorthand mixes chip families: added a default cpu-forwarding bridge")
+        if exclude:   # the nodes left (search/partial.py); excluding a whole group leaves nothing to estimate: exit 2
+            from baige_plan.search.partial import parse_exclude, without
+            cl = without(cl, parse_exclude(exclude, cl))
         if dp is None:
             dp = infer_dp(cl.devices, tp, pp, cp)
         if global_batch is None:

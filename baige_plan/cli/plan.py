@@ -8,6 +8,10 @@ from pathlib import Path
 import typer
 
 from baige_plan.cli.common import (
+    ATTENTION_HELP,
+    FORMAT_HELP,
+    MAX_MEMORY_FRAC,
+    PRECISION_HELP,
     Attention,
     CatalogOpt,
     Fmt,
@@ -18,6 +22,7 @@ from baige_plan.cli.common import (
     err,
     fail_input,
     note,
+    progress_line,
     write_atomic,
 )
 from baige_plan.cli.profile_opts import ProfileOpt, apply_profiles
@@ -40,17 +45,17 @@ def plan(
     cluster: str = typer.Argument(..., help="Built-in topology, topology YAML, or CHIP:NODESxDEVICES."),
     global_batch: int = typer.Option(None, "--global-batch", help="Sequences per optimizer step [default: devices]."),
     seq_len: int = typer.Option(None, "--seq-len", help="Sequence length [default: the model's]."),
-    precision: Precision = typer.Option(Precision.bf16, "--precision"),
+    precision: Precision = typer.Option(Precision.bf16, "--precision", help=PRECISION_HELP),
     top: int = typer.Option(1, "--top", min=1, help="How many plans to print."),
     out: Path = typer.Option(None, "--out", help="Write the best plan here (.yaml/.yml, or .json)."),
-    fmt: Fmt = typer.Option(Fmt.table, "--format"),
+    fmt: Fmt = typer.Option(Fmt.table, "--format", help=FORMAT_HELP),
     time_limit: float = typer.Option(None, "--time-limit", help="Stop the search after this many seconds "
                                      "(reports FEASIBLE and the optimality gap)."),
     max_tp: int = typer.Option(None, "--max-tp", help="[default: devices per node]"),
     max_pp: int = typer.Option(None, "--max-pp", help="[default: layers]"),
-    max_cp: int = typer.Option(None, "--max-cp"),
-    max_micro_batch: int = typer.Option(16, "--max-micro-batch"),
-    max_memory_frac: float = typer.Option(0.9, "--max-memory-frac", help="Fraction of device memory a plan may use."),
+    max_cp: int = typer.Option(None, "--max-cp", help="Largest context parallel size to try [default: no cap]."),
+    max_micro_batch: int = typer.Option(16, "--max-micro-batch", help="Largest micro-batch (sequences) to try."),
+    max_memory_frac: float = typer.Option(MAX_MEMORY_FRAC, "--max-memory-frac", help="Fraction of device memory a plan may use."),
     objective: Objective = typer.Option(Objective.throughput, "--objective",
                                         help="throughput (fastest step), time (to train --tokens) or cost (USD to "
                                         "train --tokens: devices used x price per device-hour x hours; idle "
@@ -61,14 +66,15 @@ def plan(
                                     "repeatable; overrides the topology's and the chip file's price."),
     runtime: Runtime = RuntimeOpt,
     tp: int = typer.Option(None, "--tp", help="Pin tensor parallel size."),
-    pp: int = typer.Option(None, "--pp"),
-    dp: int = typer.Option(None, "--dp"),
-    cp: int = typer.Option(None, "--cp"),
-    ep: int = typer.Option(None, "--ep"),
-    etp: int = typer.Option(None, "--etp"),
-    zero: int = typer.Option(None, "--zero", min=0, max=3),
-    micro_batch: int = typer.Option(None, "--micro-batch"),
-    vpp: int = typer.Option(None, "--vpp"),
+    pp: int = typer.Option(None, "--pp", help="Pin pipeline parallel size."),
+    dp: int = typer.Option(None, "--dp", help="Pin data parallel size."),
+    cp: int = typer.Option(None, "--cp", help="Pin context parallel size."),
+    ep: int = typer.Option(None, "--ep", help="Pin expert parallel size (MoE models)."),
+    etp: int = typer.Option(None, "--etp", help="Pin expert tensor parallel size (MoE models)."),
+    zero: int = typer.Option(None, "--zero", min=0, max=3, help="Pin the ZeRO stage (0-3; 1 = distributed "
+                             "optimizer)."),
+    micro_batch: int = typer.Option(None, "--micro-batch", help="Pin the micro-batch (sequences)."),
+    vpp: int = typer.Option(None, "--vpp", help="Pin model chunks per device (interleaved 1F1B; 1 = none)."),
     first_stage_layers: int = typer.Option(None, "--first-stage-layers",
                                            help="Pin the first stage's transformer layers (uneven split)."),
     last_stage_layers: int = typer.Option(None, "--last-stage-layers",
@@ -79,16 +85,23 @@ def plan(
     account_for_loss: bool = typer.Option(None, "--account-for-loss/--no-account-for-loss",
                                           help="Pin: count the output layer and loss as a pipeline layer (Megatron).",
                                           show_default=False),
-    recompute: Recompute = typer.Option(None, "--recompute"),
-    sequence_parallel: bool = typer.Option(None, "--sequence-parallel/--no-sequence-parallel"),
-    attention: Attention = typer.Option(Attention.flash, "--attention"),
+    recompute: Recompute = typer.Option(None, "--recompute", help="Pin activation recomputation: none, selective "
+                                        "or full [default: search selective and full]."),
+    sequence_parallel: bool = typer.Option(None, "--sequence-parallel/--no-sequence-parallel",
+                                           help="Pin sequence parallelism [default: on when tp > 1]."),
+    attention: Attention = typer.Option(Attention.flash, "--attention", help=ATTENTION_HELP),
+    exclude: list[str] = typer.Option(None, "--exclude", help="Nodes not to use (broken or reserved): GROUP:INDEX or "
+                                      "GROUP:FIRST-LAST, as in a plan's placement and `replan --drop`; comma- or "
+                                      "space-separated, repeatable."),
     catalog: list[str] = CatalogOpt,
     profile: list[Path] = ProfileOpt,
 ) -> None:
-    """Find the fastest parallel plans that fit. Exits 1 naming the binding constraint when none fits."""
+    """Find the fastest parallel plans that fit. Exits 1 naming the binding constraint when none fits.
+    On one chip group, plans may use fewer nodes than the cluster has when that is faster (cheaper with
+    --objective cost) or the only way (search/partial.py); the idle devices are reported, with why."""
     from baige_plan.io.plans import chip_docs_from_catalog, dumps, format_for, plan_doc, plans_doc
-    from baige_plan.io.render_plans import Progress, print_tables, ranking_table
-    from baige_plan.search.solver import search
+    from baige_plan.io.render_plans import print_tables, ranking_table
+    from baige_plan.search.partial import parse_exclude, search_partial, why_none
     from baige_plan.search.space import Bounds, Pins
 
     try:
@@ -112,6 +125,7 @@ def plan(
         if objective is Objective.cost:
             money.require_prices(cl, prices)
         rt_name = resolve_runtime(runtime, cl.is_heterogeneous)
+        excluded = parse_exclude(exclude, cl)   # {group: node indices}; InputError (exit 2) on an unknown node
         if (first_stage_layers or last_stage_layers) and (account_for_embedding or account_for_loss):
             raise SpecError("--account-for-embedding", "cannot be combined with --first-stage-layers or "
                             "--last-stage-layers (megatron-core refuses both: transformer_config.py)")
@@ -139,10 +153,13 @@ def plan(
             lim = Limits(max_tp=max_tp, max_pp=max_pp, max_micro_batch=max_micro_batch, tp=tp, pp=pp,
                          micro_batch=micro_batch, zero=zero, recompute=recompute.value if recompute else None,
                          sequence_parallel=sequence_parallel)
-            plan_hetero(cat, m, cl, job, micro_batch=micro_batch, zero=zero, recompute=recompute,
+            from baige_plan.search.partial import without
+            avail = without(cl, excluded) if excluded else cl   # a whole group excluded: exit 2, naming it
+            plan_hetero(cat, m, avail, job, micro_batch=micro_batch, zero=zero, recompute=recompute,
                         sequence_parallel=sequence_parallel, attention=attention.value,
                         max_memory_frac=max_memory_frac, time_limit=time_limit, out=out, fmt=fmt, runtime=rt_name,
-                        lim=lim, objective=objective.value, tokens=tokens, prices=prices)
+                        lim=lim, objective=objective.value, tokens=tokens, prices=prices, whole=cl,
+                        excluded=excluded)
             return
         bounds = Bounds(max_tp=max_tp, max_pp=max_pp, max_cp=max_cp, max_micro_batch=max_micro_batch,
                         max_memory_frac=max_memory_frac, runtime=rt_name)
@@ -151,51 +168,76 @@ def plan(
                     attention=attention.value, first_stage_layers=first_stage_layers,
                     last_stage_layers=last_stage_layers, account_for_embedding=account_for_embedding,
                     account_for_loss=account_for_loss)
-        progress = Progress()
+        if len(excluded.get(cl.groups[0].name, ())) >= cl.groups[0].nodes:   # SPEC §3: no feasible plan, exit 1
+            err(f"no feasible plan: --exclude leaves no node of the cluster (all {cl.groups[0].nodes} nodes of group "
+                f"{cl.groups[0].name!r} excluded)")
+            raise typer.Exit(1)
+        progress = progress_line()      # on stderr after a second; never with --quiet
         try:
-            res = search(m, cl, job, bounds, pins, top=max(top, 1 + RUNNERS_UP) if out else top,
-                         time_limit_s=time_limit, progress=progress)
+            pr = search_partial(m, cl, job, bounds, pins, top=max(top, 1 + RUNNERS_UP) if out else top,
+                                time_limit_s=time_limit, progress=progress, objective=objective.value,
+                                excluded=excluded.get(cl.groups[0].name, ()))
         finally:
             progress.close()
+        res = pr.result
         chip_docs = chip_docs_from_catalog(cat, cl) if out and res.plans else {}
     except InputError as ex:
         fail_input(ex)
     except SpecError as ex:
         fail_input(ex, "plan")
-    note(f"runtime {rt_name}: searched {res.candidates:,} candidates ({res.feasible:,} fit in memory, {res.evaluated:,} fully "
-         f"estimated) in {res.seconds:.2f} s: {res.status}"
-         + (f", gap {res.gap:.2%}" if res.gap else ""))
+    searched = [c.result for c in pr.counts if c.result is not None]
+    note(f"runtime {rt_name}: searched {sum(r.candidates for r in searched):,} candidates "
+         f"({sum(r.feasible for r in searched):,} fit in memory, {sum(r.evaluated for r in searched):,} fully estimated) "
+         + (f"on {pr.counts[0].nodes} nodes" if len(pr.counts) == 1 else
+            f"at node counts {', '.join(str(c.nodes) for c in pr.counts if not c.skipped)}"
+            + "".join(f"; {c.nodes} skipped: {c.error}" for c in pr.counts if c.skipped))
+         + f" in {pr.seconds:.2f} s: {res.status}" + (f", gap {res.gap:.2%}" if res.gap else ""))
     if not res.plans:
-        err(f"no feasible plan: {res.binding}")
+        err(f"no feasible plan: {why_none(pr)}")
         raise typer.Exit(1)
+    from baige_plan.io.serialize import Flow
+    idle = [Flow(group=g, devices=n, why=why) for g, n, why in pr.idle]   # search/partial.py
+    for x in idle if fmt is not Fmt.table else ():   # the table shows them under the ranking
+        note(f"idle devices: {x['group']} {x['devices']}: {x['why']}")
     if out is not None:
         from baige_plan.search.placement import placement
-        s0, g0 = res.plans[0].strategy, cl.groups[0]
-        slots = placement(s0.tp, s0.cp, s0.dp, s0.pp, g0.name, g0.devices_per_node)
-        doc = plan_doc(m, cl, job, res.plans[0], res, chip_docs, max_memory_frac, list(res.plans[1:]), slots)
-        if tokens is not None:
-            doc["estimate"]["training"] = _training(res.plans[0], cl, job, tokens, prices, objective)
-        try:
-            write_atomic(out, dumps(doc, format_for(out)))
-        except InputError as ex:
-            fail_input(ex)
+        with progress_line(f"writing {out}: placement of {cl.devices:,} devices"):
+            s0, g0 = res.plans[0].strategy, cl.groups[0]
+            slots = placement(s0.tp, s0.cp, s0.dp, s0.pp, g0.name, g0.devices_per_node, nodes=pr.nodes_used)
+            doc = plan_doc(m, cl, job, res.plans[0], res, chip_docs, max_memory_frac, list(res.plans[1:]), slots)
+            if idle:
+                doc["estimate"]["idle_devices"] = idle
+            if tokens is not None:
+                doc["estimate"]["training"] = _training(res.plans[0], cl, job, tokens, prices, objective)
+            try:
+                write_atomic(out, dumps(doc, format_for(out)))
+            except InputError as ex:
+                fail_input(ex)
         note(f"wrote {out}")
     shown = res.plans[:top]
     from dataclasses import replace
     doc = plans_doc(replace(res, plans=shown), cl.groups[0].name, max_memory_frac)
-    if tokens is not None:   # every plan of a homogeneous cluster runs on all its devices: cost ranks as time
+    if idle:
+        for d in doc["plans"]:
+            d["idle_devices"] = idle
+    if tokens is not None:   # the plans of one node count run on the same devices: cost ranks them as time does
         for e, d in zip(shown, doc["plans"], strict=True):
             d["training"] = _training(e, cl, job, tokens, prices, objective)
         from baige_plan.cost.money import summary_line, training_cost
-        if objective is not Objective.throughput:
-            note(f"--objective {objective.value}: on one chip group every plan runs on all {cl.devices} devices, "
-                 "so it ranks as throughput does; the time and cost to train are reported")
+        if objective is Objective.time:
+            note("--objective time: on one chip group the fastest plan trains soonest, so it ranks as throughput "
+                 "does; the time and cost to train are reported")
+        elif objective is Objective.cost:
+            note("--objective cost: node counts ranked by devices used x step time (idle devices are not paid), "
+                 "the plans of a count by step time; the time and cost to train are reported")
         note(summary_line(training_cost(tokens, job.global_batch, job.seq_len, shown[0].step_time_s,
-                                        {cl.groups[0].name: cl.devices}, {cl.groups[0].name: cl.devices}, prices)))
+                                        {cl.groups[0].name: shown[0].devices}, {cl.groups[0].name: cl.devices},
+                                        prices)))
     if fmt is Fmt.table:
-        title = (f"{m.name} on {cl.name} (global batch {job.global_batch}, seq {job.seq_len}, {job.precision}): "
+        part = "" if pr.nodes == cl.groups[0].nodes else f", {pr.nodes} of its {cl.groups[0].nodes} nodes"
+        title = (f"{m.name} on {cl.name}{part} (global batch {job.global_batch}, seq {job.seq_len}, {job.precision}): "
                  f"{len(shown)} best of {res.candidates:,}")
-        tables = [ranking_table(doc["plans"], title)]
+        tables = [ranking_table(doc["plans"], title, idle)]
         if tokens is not None:
             from baige_plan.cli.whatif import training_table
             tables.append(training_table([d["training"] for d in doc["plans"]], tokens))
@@ -210,5 +252,5 @@ def _training(e, cl, job: JobSpec, tokens: float, prices, objective: Objective) 
     from baige_plan.io.serialize import rnd
 
     g = cl.groups[0].name
-    tc = training_cost(tokens, job.global_batch, job.seq_len, e.step_time_s, {g: cl.devices}, {g: cl.devices}, prices)
+    tc = training_cost(tokens, job.global_batch, job.seq_len, e.step_time_s, {g: e.devices}, {g: cl.devices}, prices)
     return training_dict(tc, objective.value, rnd)

@@ -8,7 +8,16 @@ from pathlib import Path
 
 import typer
 
-from baige_plan.cli.common import CatalogOpt, Fmt, err, fail_input, note, write_atomic
+from baige_plan.cli.common import (
+    FORMAT_HELP,
+    CatalogOpt,
+    Fmt,
+    err,
+    fail_input,
+    note,
+    progress_line,
+    write_atomic,
+)
 from baige_plan.errors import InputError, SpecError
 
 NODE_HELP = ("Lost node(s), repeatable: GROUP:INDEX as numbered in the plan's placement (group and node of each "
@@ -56,7 +65,7 @@ def replan(
     max_loss: str = typer.Option("3%", "--max-loss", help="Keep the plan that moves the fewest bytes among those "
                                  "within this throughput loss of the fastest fresh plan (fraction or percent)."),
     out: Path = typer.Option(None, "--out", help="Write the new plan here (.yaml/.yml, or .json)."),
-    fmt: Fmt = typer.Option(Fmt.table, "--format"),
+    fmt: Fmt = typer.Option(Fmt.table, "--format", help=FORMAT_HELP),
     time_limit: float = typer.Option(None, "--time-limit", help="Seconds for the searches (default 10)."),
     catalog: list[str] = CatalogOpt,
 ) -> None:
@@ -68,6 +77,7 @@ def replan(
     from baige_plan.search.replan import Infeasible, apply_changes
     from baige_plan.search.replan import replan as run
 
+    prog = progress_line(f"replan: reading {plan}")     # on stderr after a second; never with --quiet
     try:
         if not (drop or drop_count or add or drop_bridge):
             raise InputError("replan", "", "nothing changes: give --drop, --drop-count, --add or --drop-bridge")
@@ -84,6 +94,7 @@ def replan(
                 old.chip_docs.update(chip_docs_from_catalog(cat, ClusterSpec(name=g.name, groups=(g,))))
         for msg in w.notes:
             note(msg)
+        prog.update("replan: searching the surviving cluster (fresh and rank-keeping plans)")
         try:
             res = run(old.model, old.job, old.cluster, old.estimate, old.strategy, old.pipelines, old.slots, w,
                       frac=old.frac, max_loss=loss, time_limit_s=time_limit)
@@ -91,6 +102,7 @@ def replan(
             err(f"no feasible plan: {ex}")
             raise typer.Exit(1) from None
         c = res.chosen
+        prog.update("replan: re-estimating the new plan as written")
         doc = new_plan_doc(old.model, old.job, c, res, old.chip_docs, old.frac)
         e2, *_ = estimate_plan_full(doc, "replan")   # what `evaluate --plan` will say of the file
         if not math.isclose(e2.step_time_s, c.estimate.step_time_s, rel_tol=1e-9):
@@ -98,11 +110,14 @@ def replan(
             c.estimate = e2
             doc = new_plan_doc(old.model, old.job, c, res, old.chip_docs, old.frac)
         if out is not None:
+            prog.update(f"replan: writing {out}")
             write_atomic(out, dumps(doc, format_for(out)))
     except InputError as ex:
         fail_input(ex)
     except SpecError as ex:
         fail_input(ex, "replan")
+    finally:
+        prog.close()
     note(f"considered {res.considered} plans in {res.seconds:.2f} s; chose {c.label}")
     if out is not None:
         note(f"wrote {out}")

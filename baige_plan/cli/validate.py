@@ -6,13 +6,17 @@ from pathlib import Path
 
 import typer
 
-from baige_plan.cli.common import CatalogOpt, err
+from baige_plan.cli.common import CatalogOpt, err, progress_line
 from baige_plan.errors import InputError, SpecError
 from baige_plan.io.catalog import Catalog
 from baige_plan.io.yamlio import read_document
 
 
-def _check_one(path: Path, cat: Catalog) -> str:
+def _check_one(path: Path, cat: Catalog, step=None) -> str:
+    """The kind of file `path` is, once it passes that kind's checks (InputError otherwise). `step(text)`: told
+    each stage of a long check (a progress line)."""
+    tell = step or (lambda text: None)
+    tell(f"{path}: reading")
     doc = read_document(path)
     if isinstance(doc, dict) and "model_type" in doc:
         from baige_plan.io.hf_config import load_hf_config
@@ -34,7 +38,7 @@ def _check_one(path: Path, cat: Catalog) -> str:
         return "profile"
     if schema == "baige-plan/plan/v1":
         from baige_plan.io.plan_check import validate_plan_file  # shared with `check` and `diff`
-        validate_plan_file(path)
+        validate_plan_file(path, doc, step)     # the document parsed above: a plan file is read once
         return "plan"
     if isinstance(doc, dict) and "rows" in doc:
         from baige_plan.io.runs import load_runs
@@ -54,7 +58,8 @@ def validate(files: list[Path] = typer.Argument(..., help="Files to check."), ca
         raise typer.Exit(2) from None
     for f in files:
         try:
-            kind = _check_one(f, cat)
+            with progress_line(f"validating {f}") as prog:     # on stderr after a second; never with --quiet
+                kind = _check_one(f, cat, lambda text: prog.update(f"validating {text}"))
             typer.echo(f"ok  {f} ({kind})")
         except InputError as e:
             bad += 1

@@ -7,7 +7,20 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
-from baige_plan.cli.common import Attention, CatalogOpt, Fmt, Precision, err, fail_input, note
+from baige_plan.cli.common import (
+    ATTENTION_HELP,
+    FORMAT_HELP,
+    MAX_MEMORY_FRAC,
+    PRECISION_HELP,
+    Attention,
+    CatalogOpt,
+    Fmt,
+    Precision,
+    err,
+    fail_input,
+    note,
+    progress_line,
+)
 from baige_plan.errors import InputError, SpecError
 from baige_plan.io.catalog import Catalog
 from baige_plan.specs.job import JobSpec
@@ -26,12 +39,12 @@ def whatif(
     deadline: float = typer.Option(None, "--deadline", help="Finish within this many hours, at the lowest cost."),
     budget: float = typer.Option(None, "--budget", help="Spend at most this many USD, finishing earliest."),
     seq_len: int = typer.Option(None, "--seq-len", help="Sequence length [default: the model's]."),
-    precision: Precision = typer.Option(Precision.bf16, "--precision"),
-    max_memory_frac: float = typer.Option(0.9, "--max-memory-frac", help="Fraction of device memory a plan may use."),
+    precision: Precision = typer.Option(Precision.bf16, "--precision", help=PRECISION_HELP),
+    max_memory_frac: float = typer.Option(MAX_MEMORY_FRAC, "--max-memory-frac", help="Fraction of device memory a plan may use."),
     time_limit: float = typer.Option(10.0, "--time-limit", help="Seconds each option's search may take."),
-    attention: Attention = typer.Option(Attention.flash, "--attention"),
+    attention: Attention = typer.Option(Attention.flash, "--attention", help=ATTENTION_HELP),
     top: int = typer.Option(20, "--top", help="Rows of the table (json: all)."),
-    fmt: Fmt = typer.Option(Fmt.table, "--format"),
+    fmt: Fmt = typer.Option(Fmt.table, "--format", help=FORMAT_HELP),
     catalog: list[str] = CatalogOpt,
 ) -> None:
     """Rank mixes of a chip pool (each chip alone at power-of-two node counts and its maximum; two-chip mixes
@@ -54,13 +67,18 @@ def whatif(
         note(f"pool {e.chip.id}: up to {e.max_devices} devices in nodes of {e.devices_per_node}, "
              f"${e.usd_per_device_hour:g} per device-hour ({e.price_origin})")
 
+    prog = progress_line("whatif: planning the options of the pool")   # on stderr after a second; not with --quiet
+
     def progress(i, n, o):
+        prog.update(f"whatif: planned {i} of {n} options (last: {o.mix})")
         if o.estimate is None:
             note(f"[{i}/{n}] {o.mix}: no plan ({o.why})")
 
     try:
-        w = run(cat, m, job, entries, tokens=tokens, deadline_h=deadline, budget_usd=budget,
-                memory_frac=max_memory_frac, time_limit_s=time_limit, attention=attention.value, progress=progress)
+        with prog:
+            w = run(cat, m, job, entries, tokens=tokens, deadline_h=deadline, budget_usd=budget,
+                    memory_frac=max_memory_frac, time_limit_s=time_limit, attention=attention.value,
+                    progress=progress)
     except (InputError, SpecError) as ex:
         fail_input(ex, "whatif")
     n_opts = len(w.ranked) + len(w.infeasible)

@@ -449,7 +449,7 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
         # and expert all-to-alls with data-dependent splits serialise the two (cost/execution.py)
         local_e = model.moe.experts / s.ep if model.moe is not None else 0.0
         host = eager_host_s(n_layers, n_moe, local_e, s.recompute == "full", s.dp * s.cp, s.zero, s.tp,
-                            ep=s.ep, expert_ddp=s.edp > 1)
+                            ep=s.ep, expert_ddp=s.edp > 1, micro_batches=m)
         if n_moe and s.ep > 1:
             bwd += host
         else:

@@ -43,7 +43,8 @@ class EagerTraffic:
 class EagerHost:
     """Host (CPU) dispatch of eager PyTorch, counted in aten ops per micro-batch (fwd + bwd) from the
     harness traces (`cpu_ops_per_step`): 290 per transformer layer (125M/350M/1.3B and per PP stage
-    alike), +133 per layer recomputed, +36 per layer of DDP hooks, +179 of FSDP2 hooks, +18 of TP
+    alike), +133 per layer recomputed, +36 per layer of DDP hooks, +179 of FSDP2 hooks (counted only:
+    FSDP2's host time is its measured hook time, `Fsdp2Host`, not ops x 4.75 us), +18 of TP
     collectives; an MoE layer with a looped expert dispatcher adds 120 + 84 per local expert; ~120
     per step outside the layers. 4.75 us per op: the host-bound MoE steps (26,005 ops, 0.1236 s).
     Expert-parallel all-to-alls with data-dependent split sizes synchronise host and device at every
@@ -63,7 +64,7 @@ class EagerHost:
     ops_per_layer: float = 290.0
     recompute_ops_per_layer: float = 133.0
     ddp_ops_per_layer: float = 36.0
-    fsdp_ops_per_layer: float = 179.0
+    fsdp_ops_per_layer: float = 179.0      # counted; costed by Fsdp2Host instead
     tp_ops_per_layer: float = 18.0
     moe_ops_per_layer: float = 120.0
     moe_ops_per_local_expert: float = 84.0
@@ -75,25 +76,63 @@ class EagerHost:
     ep_ops_per_moe_layer: float = 67.0
 
 
+@dataclass(frozen=True)
+class Fsdp2Host:
+    """Host time of FSDP2 (`torch.distributed.fsdp.fully_shard`) beyond the eager ops of the model it wraps,
+    measured from the Chrome traces of benchmarks/real/harness.py (gpt-350m/760m/1.3b FSDP over 4x H100,
+    torch 2.11, ranks 0 and 3 each; benchmarks/real/raw_h100x4/, benchmarks/real/fsdp_host_traces.py,
+    docs/VALIDATION.md "FSDP host").
+
+    FSDP2 runs Python hooks around every fully_shard unit (torch/distributed/fsdp/_fully_shard/
+    _fsdp_param_group.py): `pre_forward` (unshard = `foreach_all_gather`: copy-in, all-gather on the
+    all-gather stream; `wait_for_unshard`: stream wait + `foreach_all_gather_copy_out`, then swapping every
+    parameter to its unsharded tensor, `_register_post_backward_hook`), `post_forward` (reshard),
+    `pre_backward` (unshard again, reshard_after_forward=True, + `_backward_prefetch` of the next unit) and
+    `post_backward` (accumulate, reshard, `foreach_reduce`: chunk_cat copy-in, reduce-scatter, division),
+    plus the root's `_root_pre_forward` / `_root_post_backward_final_callback` (_fsdp_state.py). Their
+    `FSDP::*` record_function ranges sum to 2.7-3.4 ms per unit per micro-batch (median 2.97 ms), the
+    nested aten ops included, after scaling each trace by its rank's unprofiled / profiled host time
+    (0.66-0.93). AdamW over the sharded DTensor parameters dispatches every foreach op through DTensor
+    (1,782 aten ops instead of 2 for DDP's plain tensors): 11-25 ms per step (median 15.2 ms) for 25 units
+    (24 blocks + root: 292 parameter tensors), 0.61 ms per unit.
+
+    Why it sets the step: the all-gather of unit i is issued only when the host reaches unit i's
+    `pre_forward` (implicit prefetch; `_backward_prefetch` in backward is one unit ahead) and every rank's
+    compute stream waits on it (`wait_for_unshard` -> _fsdp_collectives.py `foreach_all_gather_copy_out`:
+    `current_stream().wait_event(all_gather_event)`), so once the host is
+    not ahead of the device each unit starts when the slowest rank's host has issued its all-gather:
+    the step is host-bound (measured: host until the last launch 0.14-0.20 s, step 0.16-0.21 s, for
+    gpt-350m to 1.3b alike; NCCL all-gather kernels of the waiting ranks stay resident 56-102 ms)."""
+
+    unit_s: float = 2.97e-3              # per fully_shard unit (blocks + root) per micro-batch
+    optimizer_unit_s: float = 0.61e-3    # per unit per optimizer step (AdamW over DTensor shards)
+
+
 EAGER = EagerTraffic()
 EAGER_HOST = EagerHost()
+FSDP2_HOST = Fsdp2Host()
 
 
 def eager_host_s(n_layers: int, n_moe: int, local_experts: float, recompute_full: bool, dp: int, zero: int,
-                 tp: int, ep: int = 1, expert_ddp: bool = False) -> float:
+                 tp: int, ep: int = 1, expert_ddp: bool = False, micro_batches: int = 1) -> float:
     """Host dispatch time of one micro-batch on one stage (eager PyTorch). `expert_ddp`: DDP reduces
-    the (replicated) expert parameters too (EP < the data-parallel size: expert data parallelism > 1)."""
+    the (replicated) expert parameters too (EP < the data-parallel size: expert data parallelism > 1).
+    ZeRO-3 is FSDP2: its hooks cost `FSDP2_HOST.unit_s` per unit (the stage's layers + its root) per
+    micro-batch instead of `fsdp_ops_per_layer` counted ops, and its DTensor optimizer step
+    `FSDP2_HOST.optimizer_unit_s` per unit, spread over the step's `micro_batches`."""
     h = EAGER_HOST
     per_layer = h.ops_per_layer + (h.recompute_ops_per_layer if recompute_full else 0.0)
     ddp = zero < 3 and dp > 1
+    fsdp = 0.0
     if zero >= 3:
-        per_layer += h.fsdp_ops_per_layer
+        units = n_layers + 1
+        fsdp = units * (FSDP2_HOST.unit_s + FSDP2_HOST.optimizer_unit_s / max(1, micro_batches))
     elif ddp:
         per_layer += h.ddp_ops_per_layer
     if tp > 1:
         per_layer += h.tp_ops_per_layer
     ops = n_layers * per_layer + n_moe * eager_moe_layer_ops(local_experts, recompute_full, ddp, ep, expert_ddp)
-    return ops * h.us_per_op * 1e-6
+    return ops * h.us_per_op * 1e-6 + fsdp
 
 
 def eager_moe_layer_ops(local_experts: float, recompute_full: bool, ddp: bool, ep: int, expert_ddp: bool) -> float:

@@ -159,11 +159,14 @@ def summarize(rows: list[dict], refused: list[dict] | None = None) -> dict:
     return out
 
 
-def backtest_cases(cases: list[RunCase]) -> tuple[list[dict], list[dict]]:
+def backtest_cases(cases: list[RunCase], progress=None) -> tuple[list[dict], list[dict]]:
     """(evaluated rows, refused runs): a run whose estimate the cost model refuses (SpecError) is
-    listed as {id, field, reason} instead of failing the whole set."""
+    listed as {id, field, reason} instead of failing the whole set. `progress(done, total)`: told before
+    each run (a progress line)."""
     rows, refused = [], []
-    for c in cases:
+    for i, c in enumerate(cases):
+        if progress is not None:
+            progress(i, len(cases))
         try:
             rows.append(backtest_case(c))
         except InputError as ex:
@@ -171,24 +174,30 @@ def backtest_cases(cases: list[RunCase]) -> tuple[list[dict], list[dict]]:
     return rows, refused
 
 
-def backtest_file(path: str | Path, catalog: Catalog) -> dict:
-    rows, refused = backtest_cases(load_runs(path, catalog))
+def backtest_file(path: str | Path, catalog: Catalog, progress=None) -> dict:
+    rows, refused = backtest_cases(load_runs(path, catalog), progress)
     doc = {"rows": rows, "summary": summarize(rows, refused)}
     if refused:
         doc["refused"] = refused
     return rnd(doc, 5)
 
 
-def backtest_files(paths: list[str | Path], catalog: Catalog) -> dict:
+def backtest_files(paths: list[str | Path], catalog: Catalog, progress=None) -> dict:
     """Several sets: `rows` and `summary` over all of them (one file: exactly backtest_file's), and
-    `sets`: [{file, summary}] per file; each row names its `set`."""
+    `sets`: [{file, summary}] per file; each row names its `set`. `progress(text)`: told which run of which
+    file is being estimated (a progress line); it changes nothing."""
+    def told(p):
+        if progress is None:
+            return None
+        return lambda done, total: progress(f"backtest {p}: run {done + 1:,} of {total:,}")
+
     if len(paths) == 1:
-        doc = backtest_file(paths[0], catalog)
+        doc = backtest_file(paths[0], catalog, told(paths[0]))
         doc["sets"] = [{"file": str(paths[0]), "summary": doc["summary"]}]
         return doc
     all_rows, all_refused, sets = [], [], []
     for p in paths:
-        rows, refused = backtest_cases(load_runs(p, catalog))
+        rows, refused = backtest_cases(load_runs(p, catalog), told(p))
         for r in rows:
             r["set"] = str(p)
         all_rows += rows

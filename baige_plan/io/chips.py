@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from baige_plan.errors import InputError, SpecError
-from baige_plan.io.yamlio import check_keys, expect_schema, get_typed, read_document
+from baige_plan.io.yamlio import check_keys, expect_schema, get_typed, kind_of, read_document
 from baige_plan.specs.chip import DTYPES, SCALEUP_KINDS, ChipSpec, EfficiencyCurve
 from baige_plan.specs.link import LINK_OPS, METRICS, BandwidthCurve, LinkCurves
 
@@ -51,7 +51,9 @@ def _check_sources(item: dict, src: str, path: str, cites: dict, need: bool) -> 
         return
     if not isinstance(s, list) or not s:
         raise InputError(src, f"{path}.sources", "must be a non-empty list of source keys")
-    for key in s:
+    for i, key in enumerate(s):
+        if not isinstance(key, str):
+            raise InputError(src, f"{path}.sources[{i}]", f"expected a source key (a string), got {kind_of(key)}")
         if key not in cites:
             raise InputError(src, f"{path}.sources", f"unknown source {key!r} (define it under top-level 'sources')")
 

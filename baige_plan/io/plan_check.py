@@ -11,14 +11,15 @@ non-negative integers). Every error is an InputError naming the file, the field 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from baige_plan.cost.estimate import Estimate
 from baige_plan.errors import InputError
-from baige_plan.io.plans import _STRAT_KEYS, _STRAT_OPT, estimate_plan_full, read_plan
+from baige_plan.io.plans import _STRAT_KEYS, _STRAT_OPT, _check_strategy_doc, estimate_plan_full, read_plan
 from baige_plan.io.serialize import ESTIMATE_SCHEMA
-from baige_plan.io.yamlio import check_keys
+from baige_plan.io.yamlio import check_keys, kind_of
 
 _EST_REQUIRED = {"schema", "strategy", "fits", "step_time_s", "tokens_per_s", "tokens_per_s_per_device",
                  "model_tflops_per_device", "mfu", "hfu", "peak_memory_gib", "breakdown_s", "memory_gib"}
@@ -36,6 +37,7 @@ _BREAKDOWN = {"compute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "pp_bubble"
 _MEMORY = {"weights", "grads", "optimizer", "activations", "other"}
 _SEARCH = {"candidates", "feasible", "seconds", "solver", "status", "gap", "evaluated", "max_memory_frac",
            "runners_up"}
+_RUNNER = {"strategy", "step_time_s", "mfu", "peak_memory_gib", "bottleneck"}
 _PLACEMENT = {"rank", "group", "node", "device", "pipeline", "replica", "stage", "tp_rank", "cp_rank"}
 
 
@@ -80,6 +82,30 @@ def _check_estimate(est: Any, src: str) -> None:
         raise InputError(src, "estimate.step_time_s", f"must be > 0, got {est['step_time_s']}")
 
 
+def _check_runners_up(runners: Any, src: str) -> None:
+    """search.runners_up (what `explain` shows): a list of {strategy, step_time_s, mfu, peak_memory_gib,
+    bottleneck[, template]}, the strategy as in `strategy`, step time > 0, the numbers finite and >= 0
+    (_numbers on the whole search), bottleneck and template strings."""
+    if runners is None:
+        return
+    if not isinstance(runners, list):
+        raise InputError(src, "search.runners_up", f"must be a list of runners-up, got {kind_of(runners)}")
+    for i, r in enumerate(runners):
+        w = f"search.runners_up[{i}]"
+        check_keys(r, src, w, _RUNNER, {"template"})
+        check_keys(r["strategy"], src, f"{w}.strategy", _STRAT_KEYS, _STRAT_OPT)
+        _check_strategy_doc(r["strategy"], src, f"{w}.strategy")
+        for k in ("step_time_s", "mfu", "peak_memory_gib"):
+            v = r[k]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise InputError(src, f"{w}.{k}", f"must be a finite number >= 0, got {kind_of(v)}")
+        if r["step_time_s"] <= 0:
+            raise InputError(src, f"{w}.step_time_s", f"must be > 0, got {r['step_time_s']}")
+        for k in ("bottleneck", "template"):
+            if k in r and not isinstance(r[k], str):
+                raise InputError(src, f"{w}.{k}", f"expected a string, got {kind_of(r[k])}")
+
+
 def _check_stored(doc: dict, src: str) -> None:
     check_keys(doc["tool"], src, "tool", {"name", "version"})
     _check_estimate(doc["estimate"], src)
@@ -88,6 +114,10 @@ def _check_stored(doc: dict, src: str) -> None:
     frac = search.get("max_memory_frac", 1.0)
     if isinstance(frac, bool) or not isinstance(frac, (int, float)) or not 0 < frac <= 1:
         raise InputError(src, "search.max_memory_frac", f"must be a number in (0, 1], got {frac!r}")
+    for k in ("solver", "status"):
+        if search.get(k) is not None and not isinstance(search[k], str):
+            raise InputError(src, f"search.{k}", f"expected a string, got {kind_of(search[k])}")
+    _check_runners_up(search.get("runners_up"), src)
     if not isinstance(doc["placement"], list):
         raise InputError(src, "placement", f"must be a list, got {type(doc['placement']).__name__}")
     for i, p in enumerate(doc["placement"]):
@@ -98,11 +128,19 @@ def _check_stored(doc: dict, src: str) -> None:
     _numbers(doc["pipelines"], src, "pipelines")
 
 
-def validate_plan_file(path: str | Path) -> tuple[dict, Estimate]:
+def validate_plan_file(path: str | Path, doc: Any = None, step: Callable[[str], None] | None = None
+                       ) -> tuple[dict, Estimate]:
     """(the plan document, its re-estimate as written) after every check `baige-plan validate` makes;
-    InputError (file, field, reason) on the first problem."""
+    InputError (file, field, reason) on the first problem. `doc`: the document already parsed from `path`
+    (read_document), so a large plan is parsed once; None reads the file. `step(text)`, when given, is told
+    each stage (for a progress line: a plan of 16k devices takes seconds)."""
     src = str(path)
-    doc = read_plan(path)
+    tell = step or (lambda text: None)
+    if doc is None:
+        tell(f"{src}: reading")
+    doc = read_plan(path, doc)
+    tell(f"{src}: checking the stored estimate, search and placement")
     _check_stored(doc, src)
+    tell(f"{src}: re-estimating the plan as written")
     e, *_ = estimate_plan_full(doc, src)
     return doc, e

@@ -20,8 +20,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from baige_plan import __version__, runtimes
 from baige_plan.cost.estimate import Estimate, estimate
@@ -30,7 +33,7 @@ from baige_plan.io.models import model_from_dict, model_to_dict
 from baige_plan.io.serialize import Flow, estimate_dict, rnd, strategy_dict, to_yaml
 from baige_plan.io.topologies import SCHEMA as TOPOLOGY_SCHEMA
 from baige_plan.io.topologies import cluster_from_dict
-from baige_plan.io.yamlio import check_keys, expect_schema, read_document
+from baige_plan.io.yamlio import check_keys, expect_schema, kind_of, read_document
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
 from baige_plan.specs.strategy import StrategySpec, split_fields, stage_layers
@@ -150,7 +153,52 @@ def plans_doc(result, group: str, max_memory_frac: float) -> dict:
 def dumps(doc: Any, fmt: str) -> str:
     if fmt == "json":
         return json.dumps(doc, indent=2, ensure_ascii=False, default=str) + "\n"
-    return to_yaml(doc, width=200)
+    return plan_yaml(doc)
+
+
+# libyaml's emitter (yaml.CSafeDumper) writes a plan of 16k devices ~3x faster than PyYAML's pure-Python one,
+# with the same representers (io/serialize.py: flow lists and Flow mappings). The two emitters give the same
+# bytes except on strings that need escapes: control characters (tabs, newlines), NEL, the line and paragraph
+# separators, the byte-order mark, and characters beyond U+FFFF, where they quote and fold differently. A
+# document holding such a string is written by the pure-Python emitter, so a plan file is byte-identical
+# whichever is used (tests/test_terminal.py compares them).
+_CDumper: type | None = None
+if hasattr(yaml, "CSafeDumper"):
+    from baige_plan.io.serialize import _Dumper
+
+    class _CDumper(yaml.CSafeDumper):    # type: ignore[no-redef]
+        pass
+
+    _CDumper.yaml_representers = dict(_Dumper.yaml_representers)
+    _CDumper.yaml_multi_representers = dict(_Dumper.yaml_multi_representers)
+
+_PLAIN = re.compile("[^\x20-\x7e\xa0-\ud7ff\ue000-\ufefe\uff00-\ufffd]")   # any character outside these
+
+
+def _plain_strings(doc: Any) -> bool:
+    """Every string (key or value) in `doc` is printable text both emitters write alike (see above)."""
+    stack = [doc]
+    while stack:
+        x = stack.pop()
+        items = x.items() if isinstance(x, dict) else ((None, v) for v in x)
+        for k, v in items:
+            if isinstance(k, str) and _PLAIN.search(k):
+                return False
+            if isinstance(v, str):
+                if _PLAIN.search(v):
+                    return False
+            elif isinstance(v, (dict, list, tuple)):
+                stack.append(v)
+    return True
+
+
+def plan_yaml(doc: Any, width: int = 200, *, fast: bool = True) -> str:
+    """A plan (or any output document) as YAML text: libyaml's emitter when available and `fast`, else
+    PyYAML's; the same bytes either way."""
+    if fast and _CDumper is not None and isinstance(doc, (dict, list)) and _plain_strings(doc):
+        return yaml.dump(doc, Dumper=_CDumper, sort_keys=False, allow_unicode=True, width=width,
+                         default_flow_style=False)
+    return to_yaml(doc, width=width)
 
 
 def format_for(path: Path) -> str:
@@ -158,9 +206,11 @@ def format_for(path: Path) -> str:
 
 
 # -- reading ----------------------------------------------------------------------------------
-def read_plan(path: str | Path) -> dict:
+def read_plan(path: str | Path, doc: Any = None) -> dict:
+    """The plan document at `path` with its schema and top-level keys checked; `doc`: the document already
+    parsed from that file (validate reads each file once), else it is read here."""
     src = str(path)
-    doc = expect_schema(read_document(path), src, PLAN_SCHEMA)
+    doc = expect_schema(read_document(path) if doc is None else doc, src, PLAN_SCHEMA)
     check_keys(doc, src, "", set(TOP_KEYS), set())
     return doc
 
@@ -187,6 +237,81 @@ _STRAT_KEYS = {"tp", "pp", "dp", "cp", "ep", "zero", "micro_batch", "global_batc
 _STRAT_OPT = {"etp", "attention", "first_stage_layers", "last_stage_layers", "execution", "runtime",
               "account_for_embedding", "account_for_loss", "grad_reduce_bf16"}
 _KNOBS = {"micro_batch", "cp", "ep", "etp", "zero", "vpp", "recompute", "sequence_parallel"}
+
+
+# the type of each strategy value in a plan file (the values themselves: StrategySpec's rules)
+_INT_FIELDS = ("tp", "pp", "dp", "cp", "ep", "etp", "zero", "micro_batch", "global_batch", "vpp")
+_OPT_INT_FIELDS = ("first_stage_layers", "last_stage_layers")
+_STR_FIELDS = ("recompute", "attention", "execution", "runtime")
+_BOOL_FIELDS = ("sequence_parallel", "account_for_embedding", "account_for_loss", "grad_reduce_bf16")
+_SHAPE_INT = ("micro_batch", "cp", "ep", "etp", "zero", "vpp")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _check_strategy_doc(sd: dict, src: str, path: str) -> None:
+    """The type of every value of a plan's strategy mapping (keys: check_keys): integers, strings, booleans;
+    InputError naming the field otherwise. The values' rules (positive, a known runtime, ...) are
+    StrategySpec's and runtimes'."""
+    for k, v in sd.items():
+        if v is None and (k in _STRAT_OPT or k == "sequence_parallel"):
+            continue            # optional values: null = not set (sequence_parallel: on when tp > 1)
+        if k in _INT_FIELDS or k in _OPT_INT_FIELDS:
+            ok, want = _is_int(v), "an integer"
+        elif k in _STR_FIELDS:
+            ok, want = isinstance(v, str), "a string"
+        elif k in _BOOL_FIELDS:
+            ok, want = isinstance(v, bool), "true or false"
+        else:
+            continue
+        if not ok:
+            raise InputError(src, f"{path}.{k}", f"expected {want}, got {kind_of(v)}")
+
+
+def _check_pipelines_doc(pipes: Any, src: str) -> None:
+    """The shape of `pipelines`: a non-empty list of shapes, each with integer replicas and micro-batches, an
+    optional strategy of per-shape knobs, and a non-empty list of stages {group, layers: [start, end), tp}.
+    InputError naming the field otherwise (the rules between them: specs/pipeline.py check_pipelines)."""
+    if not isinstance(pipes, list) or not pipes:
+        raise InputError(src, "pipelines", f"must be a non-empty list of pipeline shapes, got {kind_of(pipes)}")
+    for i, p in enumerate(pipes):
+        w = f"pipelines[{i}]"
+        check_keys(p, src, w, {"replicas", "micro_batches", "stages"}, {"strategy"})
+        for k in ("replicas", "micro_batches"):
+            if not _is_int(p[k]) or p[k] < 1:
+                raise InputError(src, f"{w}.{k}", f"expected an integer >= 1, got {kind_of(p[k])}")
+        if p.get("strategy") is not None:
+            kn = check_keys(p["strategy"], src, f"{w}.strategy", set(), _KNOBS)
+            for k, v in kn.items():
+                if v is None:
+                    continue
+                if k in _SHAPE_INT and not _is_int(v):
+                    raise InputError(src, f"{w}.strategy.{k}", f"expected an integer, got {kind_of(v)}")
+                if k == "recompute" and not isinstance(v, str):
+                    raise InputError(src, f"{w}.strategy.{k}", f"expected a string, got {kind_of(v)}")
+                if k == "sequence_parallel" and not isinstance(v, bool):
+                    raise InputError(src, f"{w}.strategy.{k}", f"expected true or false, got {kind_of(v)}")
+        if not isinstance(p["stages"], list) or not p["stages"]:
+            raise InputError(src, f"{w}.stages", f"must be a non-empty list of stages, got {kind_of(p['stages'])}")
+        for j, st in enumerate(p["stages"]):
+            ws = f"{w}.stages[{j}]"
+            check_keys(st, src, ws, {"group", "layers", "tp"}, {"index", "time_per_micro_batch_s", "memory_gib"})
+            if not isinstance(st["group"], str):
+                raise InputError(src, f"{ws}.group", f"expected a group name, got {kind_of(st['group'])}")
+            lay = st["layers"]
+            if not (isinstance(lay, list) and len(lay) == 2 and all(_is_int(x) and x >= 0 for x in lay)):
+                raise InputError(src, f"{ws}.layers", "expected [start, end): two integers >= 0, got "
+                                 + (repr(lay) if isinstance(lay, list) and len(repr(lay)) <= 60 else kind_of(lay)))
+            if not _is_int(st["tp"]) or st["tp"] < 1:
+                raise InputError(src, f"{ws}.tp", f"expected an integer >= 1, got {kind_of(st['tp'])}")
+            if st.get("index") is not None and not _is_int(st["index"]):
+                raise InputError(src, f"{ws}.index", f"expected an integer, got {kind_of(st['index'])}")
+            for k in ("time_per_micro_batch_s", "memory_gib"):
+                v = st.get(k)
+                if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                    raise InputError(src, f"{ws}.{k}", f"expected a number, got {kind_of(v)}")
 
 
 def _strategy(d: dict, **over) -> StrategySpec:
@@ -218,36 +343,36 @@ def plan_strategy(doc: dict, src: str, model: ModelSpec, cluster: ClusterSpec, j
                   ) -> tuple[StrategySpec | None, JobSpec, Any]:
     """(homogeneous strategy or None, job, PipelinesSpec for the heterogeneous model or None)."""
     sd = check_keys(doc["strategy"], src, "strategy", _STRAT_KEYS, _STRAT_OPT)
-    orig = doc["estimate"].get("strategy", sd) if isinstance(doc["estimate"], dict) else sd
+    _check_strategy_doc(sd, src, "strategy")
+    est = doc["estimate"]
+    orig = sd
+    if isinstance(est, dict) and est.get("strategy") is not None:
+        # the strategy as the tool wrote it (estimate.strategy): tells a hand-edited `strategy` apart
+        orig = check_keys(est["strategy"], src, "estimate.strategy", _STRAT_KEYS, _STRAT_OPT)
+        _check_strategy_doc(orig, src, "estimate.strategy")
     pipes = doc["pipelines"]
-    if not isinstance(pipes, list) or not pipes:
-        raise InputError(src, "pipelines", "must be a non-empty list of pipeline shapes")
-    for i, p in enumerate(pipes):
-        check_keys(p, src, f"pipelines[{i}]", {"replicas", "micro_batches", "stages"}, {"strategy"})
-        if p.get("strategy") is not None:
-            check_keys(p["strategy"], src, f"pipelines[{i}].strategy", set(), _KNOBS)
-        if not isinstance(p["stages"], list) or not p["stages"]:
-            raise InputError(src, f"pipelines[{i}].stages", "must be a non-empty list")
-        for j, st in enumerate(p["stages"]):
-            check_keys(st, src, f"pipelines[{i}].stages[{j}]", {"group", "layers", "tp"},
-                       {"index", "time_per_micro_batch_s", "memory_gib"})
+    _check_pipelines_doc(pipes, src)
     g = cluster.groups[0].name
+    strat_edited = any(sd.get(k) != orig.get(k) for k in _STRAT_KEYS | _STRAT_OPT)
+    if strat_edited and not cluster.is_heterogeneous and len(pipes) == 1:
+        try:
+            expected = _expected_pipes(orig, model, g)
+        except SpecError as e:
+            raise InputError(src, f"estimate.strategy.{e.field}", e.reason) from None
+        if _shape_summary(pipes) == expected:
+            try:
+                return _strategy(sd), JobSpec(sd["global_batch"], job.seq_len, job.precision), None
+            except SpecError as e:
+                raise InputError(src, f"strategy.{e.field}", e.reason) from None
     try:
-        strat_edited = any(sd.get(k) != orig.get(k) for k in _STRAT_KEYS | _STRAT_OPT)
-        if strat_edited and not cluster.is_heterogeneous and len(pipes) == 1 \
-                and _shape_summary(pipes) == _expected_pipes(orig, model, g):
-            s = _strategy(sd)
-            return s, JobSpec(sd["global_batch"], job.seq_len, job.precision), None
         return _from_pipelines(sd, pipes, src, model, cluster, job)
     except SpecError as e:
         raise InputError(src, f"strategy.{e.field}", e.reason) from None
-    except (KeyError, TypeError) as e:
-        raise InputError(src, "strategy", f"malformed value: {e}") from None
 
 
 def _from_pipelines(sd: dict, pipes: list, src: str, model: ModelSpec, cluster: ClusterSpec, job: JobSpec):
     mb = sd["micro_batch"]
-    gb = sum(p["replicas"] * p["micro_batches"] * (p.get("strategy") or {}).get("micro_batch", mb) for p in pipes)
+    gb = sum(p["replicas"] * p["micro_batches"] * _shape_micro_batch(p, mb) for p in pipes)
     job2 = JobSpec(gb, job.seq_len, job.precision)
     st0 = pipes[0]["stages"]
     homogeneous = (len(pipes) == 1 and not cluster.is_heterogeneous and not pipes[0].get("strategy")
@@ -270,18 +395,20 @@ def _from_pipelines(sd: dict, pipes: list, src: str, model: ModelSpec, cluster: 
     return None, job2, _pipelines_spec(sd, pipes, src)
 
 
+def _shape_micro_batch(p: dict, plan_wide: int) -> int:
+    v = (p.get("strategy") or {}).get("micro_batch")
+    return plan_wide if v is None else v
+
+
 def _pipelines_spec(sd: dict, pipes: list, src: str):
     from baige_plan.specs.pipeline import PipelineShape, PipelinesSpec, ShapeKnobs, StageSpec
     shapes = []
-    for i, p in enumerate(pipes):
+    for p in pipes:
         kn = dict(p.get("strategy") or {})
         for k in ("cp", "ep", "etp", "vpp"):   # plan-wide values apply to shapes that do not set their own
             if k not in kn and sd.get(k, 1) != 1:
                 kn[k] = sd[k]
-        try:
-            knobs = ShapeKnobs(**kn)
-        except TypeError as e:
-            raise InputError(src, f"pipelines[{i}].strategy", str(e)) from None
+        knobs = ShapeKnobs(**kn)        # keys and types checked by _check_pipelines_doc
         shapes.append(PipelineShape(replicas=p["replicas"], micro_batches=p["micro_batches"], knobs=knobs,
                                     stages=tuple(StageSpec(s["group"], tuple(s["layers"]), s["tp"])
                                                  for s in p["stages"])))
@@ -303,11 +430,22 @@ def estimate_plan_full(doc: dict, src: str):
     s, job2, pspec = plan_strategy(doc, src, model, cluster, job)
     try:
         if s is not None and not cluster.is_heterogeneous:
-            return estimate(model, cluster, job2, s, frac), model, cluster, job2, None
+            return estimate(model, used_part(cluster, s), job2, s, frac), model, cluster, job2, None
         from baige_plan.cost.hetero import estimate_pipelines
         return estimate_pipelines(model, cluster, job2, pspec, frac), model, cluster, job2, pspec
     except SpecError as e:
         raise InputError(src, e.field, e.reason) from None
+
+
+def used_part(cluster: ClusterSpec, s: StrategySpec) -> ClusterSpec:
+    """The nodes a homogeneous plan runs on: a plan may leave whole nodes of its cluster idle (search/partial.py:
+    fewer nodes, --exclude); the cost model needs tp·pp·cp·dp = the devices it is given. Other worlds are left
+    for the estimate to refuse, naming the numbers."""
+    from dataclasses import replace
+    g = cluster.groups[0]
+    if s.world < cluster.devices and s.world % g.devices_per_node == 0:
+        return replace(cluster, groups=(replace(g, nodes=s.world // g.devices_per_node),))
+    return cluster
 
 
 def evaluate_plan_file(path: str | Path) -> tuple[dict, bool]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from baige_plan.cost.estimate import Estimate
 
@@ -23,14 +24,15 @@ def estimate_tables(e: Estimate, title: str) -> list[Table]:
     split = split_text(s, e)
     if split:
         head.add_row("pipeline split", split)
-    head.add_row("fits", "[green]yes[/]" if e.fits else "[red]NO[/]")
+    head.add_row("fits", Text("yes", style="green") if e.fits else Text("NO", style="red"))
     head.add_row("step time", _fmt_s(e.step_time_s))
     head.add_row("throughput", f"{e.tokens_per_s:,.0f} tokens/s ({e.tokens_per_s_per_device:,.1f} per device)")
     head.add_row("MFU / HFU", f"{e.mfu:.1%} / {e.hfu:.1%}  ({e.model_tflops_per_device:.1f} model TFLOP/s per device)")
     head.add_row("peak memory", f"{e.peak_memory_gib:.1f} GiB of {e.capacity_gib:.1f} GiB")
     margin = e.memory_margin_gib
-    head.add_row("memory margin", f"{'[green]' if margin >= 0 else '[red]'}{margin:+.1f} GiB[/] against the "
-                 f"{e.memory_limit_gib:.1f} GiB allowed (--max-memory-frac {e.memory_frac:g} x {e.capacity_gib:.1f} GiB)")
+    head.add_row("memory margin", Text.assemble((f"{margin:+.1f} GiB", "green" if margin >= 0 else "red"),
+                                                f" against the {e.memory_limit_gib:.1f} GiB allowed (--max-memory-frac "
+                                                f"{e.memory_frac:g} x {e.capacity_gib:.1f} GiB)"))
     head.add_row("micro-batches", f"{e.micro_batches} per replica per step")
     head.add_row("bottleneck", e.bottleneck)
     br = Table(title="step time breakdown (critical stage)", title_justify="left")
@@ -44,7 +46,7 @@ def estimate_tables(e: Estimate, title: str) -> list[Table]:
     mem.add_column("GiB", justify="right")
     for k, v in e.memory_gib.items():
         mem.add_row(k, f"{v:.2f}")
-    mem.add_row("[bold]total[/]", f"[bold]{e.peak_memory_gib:.2f}[/]")
+    mem.add_row(Text("total", style="bold"), Text(f"{e.peak_memory_gib:.2f}", style="bold"))
     return [head, br, mem]
 
 
@@ -91,6 +93,6 @@ def split_text(s, e: Estimate) -> str:
 
 
 def print_tables(tables: list[Table]) -> None:
-    console = Console(width=max(Console().width, 100))
+    console = Console(width=max(Console().width, 100), markup=False)   # names from files are text, not markup
     for t in tables:
         console.print(t)

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 
 def _console(stderr: bool = False) -> Console:
-    return Console(width=max(Console(stderr=stderr).width, 100), stderr=stderr)
+    # markup off: model, cluster, group and file names from user files print as written ("[/x]" is no markup)
+    return Console(width=max(Console(stderr=stderr).width, 100), stderr=stderr, markup=False)
 
 
 def print_tables(tables: list[Table]) -> None:
@@ -30,8 +33,11 @@ def _strat_cells(s: dict) -> list[str]:
 _STRAT_HEAD = ["tp", "pp", "dp", "cp", "ep", "zero", "mb", "vpp", "recompute", "sp"]
 
 
-def ranking_table(plans: list[dict], title: str) -> Table:
-    t = Table(title=title, title_justify="left")
+def ranking_table(plans: list[dict], title: str, idle: list[dict] | None = None) -> Table:
+    """The plans, best first; `idle` ({group, devices, why}: devices the plans leave unused, search/partial.py)
+    goes under the table, one "idle devices" line each."""
+    cap = "\n".join(f"idle devices: {x['group']} {x['devices']}: {x['why']}" for x in idle or [])
+    t = Table(title=title, title_justify="left", caption=cap or None, caption_justify="left")
     for h in ["#", *_STRAT_HEAD, "step time", "MFU", "tokens/s/dev", "peak GiB"]:
         t.add_column(h, justify="right" if h != "recompute" else "left")
     for i, p in enumerate(plans):
@@ -59,6 +65,8 @@ def explain_tables(plan: dict, stages: list[dict], title: str) -> list[Table]:
         head.add_row("pipeline split", "; ".join(how) + " (Megatron's uneven split; layers per stage below)")
     head.add_row("step time", f"{_s(est['step_time_s'])}   MFU {est['mfu']:.1%}   {est['tokens_per_s']:,.0f} tokens/s")
     head.add_row("bottleneck", est["bottleneck"])
+    for x in est.get("idle_devices") or []:   # plans on part of the cluster (search/partial.py)
+        head.add_row("idle devices", f"{x['group']} {x['devices']}: {x['why']}")
     st = Table(title="per stage, per micro-batch (forward + backward)", title_justify="left")
     for h in ("stage", "layers", "time", "compute", "tp comm", "cp comm", "ep comm", "pp p2p", "memory GiB"):
         st.add_column(h, justify="right")
@@ -85,7 +93,7 @@ def explain_tables(plan: dict, stages: list[dict], title: str) -> list[Table]:
     cap = est.get("memory_capacity_gib") or 0.0
     for k, v in est["memory_gib"].items():
         mem.add_row(k, f"{v:.2f}", f"{v / cap:.1%}" if cap else "-")
-    mem.add_row("[bold]total[/]", f"[bold]{est['peak_memory_gib']:.2f}[/]",
+    mem.add_row(Text("total", style="bold"), Text(f"{est['peak_memory_gib']:.2f}", style="bold"),
                 f"{est['peak_memory_gib'] / cap:.1%} of {cap:g} GiB" if cap else "-")
     return [head, st, br, mem]
 
@@ -113,26 +121,68 @@ def diff_table(rows: list[tuple[str, str, str, str]], title: str) -> Table:
 
 
 class Progress:
-    """A transient stderr status line, shown only once a search has run for `after_s` seconds."""
+    """A transient stderr status line for work that may take more than a second: nothing is shown before
+    `after_s` seconds have passed (a timer thread starts the line then, so a single long step -- parsing
+    a large file -- shows too), nothing at all when `enabled` is false (`--quiet`) or stderr is not a
+    terminal (rich prints no live display there), and the line is removed when the work ends.
 
-    def __init__(self, after_s: float = 1.0):
+    `progress(done, total)` sets the text from `text` (a format string over done and total: the search's
+    candidates); `progress.update(text)` sets any text. A context manager: `with Progress(...) as p:`."""
+
+    SEARCH = "searching: {done:,} of {total:,} candidates by lower bound"
+
+    def __init__(self, after_s: float = 1.0, text: str = SEARCH, enabled: bool = True):
         self.t0 = time.perf_counter()
         self.after_s = after_s
+        self.fmt = text
+        self.text = ""
+        self.enabled = enabled
         self.status = None
+        self.closed = False
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
 
     def __call__(self, done: int, total: int) -> None:
-        if time.perf_counter() - self.t0 < self.after_s:
+        self.update(self.fmt.format(done=done, total=total))
+
+    def update(self, text: str) -> None:
+        if not self.enabled or self.closed:
             return
-        text = f"searching: {done:,} of {total:,} candidates by lower bound"
-        if self.status is None:
-            self.status = _console(stderr=True).status(text)
-            self.status.start()
-        else:
-            self.status.update(text)
+        with self._lock:
+            self.text = text
+            if self.status is not None:
+                self.status.update(text)
+                return
+            if time.perf_counter() - self.t0 >= self.after_s:
+                self._show()
+            elif self._timer is None:
+                self._timer = threading.Timer(max(0.0, self.after_s - (time.perf_counter() - self.t0)), self._late)
+                self._timer.daemon = True
+                self._timer.start()
+
+    def _late(self) -> None:
+        with self._lock:
+            if not self.closed and self.status is None:
+                self._show()
+
+    def _show(self) -> None:            # under the lock
+        self.status = _console(stderr=True).status(self.text)
+        self.status.start()
 
     def close(self) -> None:
-        if self.status is not None:
-            self.status.stop()
+        with self._lock:
+            self.closed = True
+            if self._timer is not None:
+                self._timer.cancel()
+            if self.status is not None:
+                self.status.stop()
+                self.status = None
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def hetero_tables(plan: dict, title: str) -> list[Table]:

@@ -46,7 +46,7 @@ class OldPlan:
 def load_old(path: str | Path, cat=None) -> OldPlan:
     """The plan file as `validate` checks it, re-estimated as written, with its placement."""
     from baige_plan.io.plan_check import validate_plan_file
-    from baige_plan.io.plans import plan_inputs, plan_strategy
+    from baige_plan.io.plans import plan_inputs, plan_strategy, used_part
 
     src = str(path)
     doc, _ = validate_plan_file(path)
@@ -55,7 +55,7 @@ def load_old(path: str | Path, cat=None) -> OldPlan:
     frac = float((doc.get("search") or {}).get("max_memory_frac", 1.0))
     try:
         if s is not None and not cluster.is_heterogeneous:
-            e = estimate(model, cluster, job2, s, frac)
+            e = estimate(model, used_part(cluster, s), job2, s, frac)   # a plan may leave nodes idle
         else:
             from baige_plan.cost.hetero import estimate_pipelines
             e = estimate_pipelines(model, cluster, job2, pspec, frac)

@@ -10,7 +10,7 @@ from typing import Any
 
 from baige_plan.errors import InputError, SpecError
 from baige_plan.io.chips import link_curves_from_doc, link_domains_from_doc
-from baige_plan.io.yamlio import check_keys, expect_schema, get_typed, read_document
+from baige_plan.io.yamlio import check_keys, expect_schema, get_typed, kind_of, read_document
 from baige_plan.specs.chip import ChipSpec
 from baige_plan.specs.link import LinkCurves
 from baige_plan.specs.topology import BridgeSpec, ClusterSpec, GroupSpec
@@ -96,8 +96,14 @@ def cluster_from_dict(d: Any, src: str, resolve_chip: ChipResolver, *, check_sch
                                     chip_ref=chip_ref, **kw))
         except SpecError as e:
             raise InputError(src, f"{path}.{e.field}", e.reason) from None
+    braw = d.get("bridges")
+    if braw is None:
+        braw = []
+    if not isinstance(braw, list):
+        raise InputError(src, "bridges", f"must be a list of bridges ({{groups: [A, B], kind, GBps_per_node}}), "
+                         f"got {kind_of(braw)}")
     bridges = []
-    for i, b in enumerate(d.get("bridges") or []):
+    for i, b in enumerate(braw):
         path = f"bridges[{i}]"
         b = check_keys(b, src, path, {"groups", "kind", "GBps_per_node"}, {"latency_us", "notes", "links"})
         gs = b["groups"]

@@ -21,6 +21,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+#: the raw file's schema line (measure.py writes it, writer.check_raw checks it)
+RAW_SCHEMA = "baige-plan/profile-raw/v1"
+
 #: ops measured by measure.py, in nccl-tests' naming
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "sendrecv")
 

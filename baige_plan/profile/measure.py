@@ -31,7 +31,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-RAW_SCHEMA = "baige-plan/profile-raw/v1"
+from baige_plan.profile.fit import RAW_SCHEMA  # numpy only; torch is imported lazily
+
 MiB = 1 << 20
 
 for _k, _v in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1")):
@@ -332,9 +333,10 @@ def main(argv: list[str] | None = None) -> int:
     from baige_plan.profile.writer import raw_path_for, write_atomic, write_profile
 
     if ns.refit:
-        raw = json.loads(ns.refit.read_text(encoding="utf-8"))
-        try:
-            write_profile(ns.out, raw, ns.base, ns.catalog, ns.chip_id, write_raw=False)
+        from baige_plan.io.yamlio import read_json
+        try:       # strict JSON within the size limit (io/yamlio.py), then every value the fit reads (check_raw)
+            raw = read_json(ns.refit)
+            write_profile(ns.out, raw, ns.base, ns.catalog, ns.chip_id, write_raw=False, src=str(ns.refit))
         except InputError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2

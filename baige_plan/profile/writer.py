@@ -13,15 +13,17 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from baige_plan.errors import InputError
 from baige_plan.io import outfile
 from baige_plan.io.chips import chip_from_doc
-from baige_plan.io.yamlio import read_document
+from baige_plan.io.yamlio import check_keys, kind_of, read_document
 from baige_plan.profile import fit as F
 
 PROFILE_KEY = "PROFILE"
@@ -219,11 +221,132 @@ def raw_path_for(out: str | Path) -> Path:
     return out.with_name(out.stem + ".raw.json")
 
 
+# -- the raw file (schema baige-plan/profile-raw/v1), checked before fitting (profile --refit) ---------------
+
+RAW_SCHEMA = F.RAW_SCHEMA
+_RAW_TOP = {"schema", "date", "command", "quick", "device", "gemm", "hbm", "collectives"}
+_GEMM_DTYPES = ("bf16", "fp16", "fp8", "fp32", "tf32")
+_MAX_SAMPLES = 100_000          # rows of one list (a full profile has a few hundred)
+
+
+def _pos_number(v: Any, src: str, field: str, *, integer: bool = False) -> float:
+    """A finite number > 0 (an integer when `integer`), or an InputError naming the field."""
+    ok = (not isinstance(v, bool) and isinstance(v, int if integer else (int, float))
+          and math.isfinite(v) and v > 0)
+    if not ok:
+        raise InputError(src, field, f"expected {'an integer' if integer else 'a number'} > 0, got {kind_of(v)}")
+    return float(v)
+
+
+def _rate(num: float, den: float, src: str, field: str) -> None:
+    """A measured rate (bytes or FLOPs over seconds) that is a finite, positive number."""
+    with np.errstate(all="ignore"):
+        r = num / den
+    if not (math.isfinite(r) and r > 0):
+        raise InputError(src, field, f"gives a rate of {r!r} per second (time_s too small?)")
+
+
+def _rows(raw: dict, key: str, src: str, path: str, required: set[str], optional: set[str]) -> list[dict]:
+    rows = raw[key]
+    if not isinstance(rows, list):
+        raise InputError(src, path, f"expected a list of samples, got {kind_of(rows)}")
+    if len(rows) > _MAX_SAMPLES:
+        raise InputError(src, path, f"{len(rows):,} samples is more than the limit of {_MAX_SAMPLES:,}")
+    for i, r in enumerate(rows):
+        check_keys(r, src, f"{path}[{i}]", required, optional)
+    return rows
+
+
+def check_raw(raw: Any, src: str) -> dict:
+    """Every value the fit reads from a raw profile (measure.py's output), checked: the schema line; device
+    provenance as plain values, memory a positive number; GEMM samples {dtype, m, n, k, flops, tflops[,
+    time_s]}; HBM copies {bytes, moved_bytes, time_s[, GBps]}; collective runs {world >= 2, results: [{op,
+    bytes, time_s}]} with an all-reduce in each run; every number finite and > 0. InputError naming the file,
+    the field and the reason; the fit then never meets a value it cannot use."""
+    if not isinstance(raw, dict):
+        raise InputError(src, "", f"expected a mapping with 'schema: {RAW_SCHEMA}', got {kind_of(raw)}")
+    if raw.get("schema") != RAW_SCHEMA:
+        got = raw.get("schema")
+        raise InputError(src, "schema", f"expected {RAW_SCHEMA!r}, got {got!r}" if got is not None
+                         else f"missing; expected 'schema: {RAW_SCHEMA}'")
+    check_keys(raw, src, "", {"schema"}, _RAW_TOP)
+    for k in ("date", "command"):
+        if raw.get(k) is not None and not isinstance(raw[k], str):
+            raise InputError(src, k, f"expected a string, got {kind_of(raw[k])}")
+    if raw.get("quick") is not None and not isinstance(raw["quick"], bool):
+        raise InputError(src, "quick", f"expected true or false, got {kind_of(raw['quick'])}")
+    dev = raw.get("device")
+    if dev is not None:
+        if not isinstance(dev, dict):
+            raise InputError(src, "device", f"expected a mapping, got {kind_of(dev)}")
+        for k in ("name", "driver", "torch", "cuda", "nccl", "count"):
+            v = dev.get(k)
+            if v is not None and (isinstance(v, (dict, list)) or (isinstance(v, str) and len(v) > 200)):
+                raise InputError(src, f"device.{k}", f"expected a name or number, got {kind_of(v)}")
+        if dev.get("mem_total_bytes") is not None:
+            _pos_number(dev["mem_total_bytes"], src, "device.mem_total_bytes")
+    if raw.get("gemm") is not None:
+        for i, r in enumerate(_rows(raw, "gemm", src, "gemm", {"dtype", "m", "n", "k", "flops", "tflops"},
+                                    {"time_s"})):
+            w = f"gemm[{i}]"
+            if r["dtype"] not in _GEMM_DTYPES:
+                raise InputError(src, f"{w}.dtype", f"expected one of {', '.join(_GEMM_DTYPES)}, got {kind_of(r['dtype'])}")
+            for k in ("m", "n", "k"):
+                _pos_number(r[k], src, f"{w}.{k}", integer=True)
+            _pos_number(r["flops"], src, f"{w}.flops")
+            _pos_number(r["tflops"], src, f"{w}.tflops")
+            if r.get("time_s") is not None:
+                _pos_number(r["time_s"], src, f"{w}.time_s")
+    if raw.get("hbm") is not None:
+        for i, r in enumerate(_rows(raw, "hbm", src, "hbm", {"bytes", "moved_bytes", "time_s"}, {"GBps"})):
+            w = f"hbm[{i}]"
+            _pos_number(r["bytes"], src, f"{w}.bytes")
+            _rate(_pos_number(r["moved_bytes"], src, f"{w}.moved_bytes"),
+                  _pos_number(r["time_s"], src, f"{w}.time_s"), src, f"{w}.time_s")
+            if r.get("GBps") is not None:
+                _pos_number(r["GBps"], src, f"{w}.GBps")
+    c = raw.get("collectives")
+    if c is not None:
+        runs = [c] if isinstance(c, dict) else c
+        if not isinstance(runs, list):
+            raise InputError(src, "collectives", f"expected a run or a list of runs, got {kind_of(c)}")
+        if len(runs) > 64:
+            raise InputError(src, "collectives", f"{len(runs)} runs is more than the limit of 64")
+        for j, run in enumerate(runs):
+            path = "collectives" if isinstance(c, dict) else f"collectives[{j}]"
+            check_keys(run, src, path, {"world", "results"}, {"dtype", "backend"})
+            w_ = run["world"]
+            if isinstance(w_, bool) or not isinstance(w_, int) or not 2 <= w_ <= 1 << 20:
+                raise InputError(src, f"{path}.world", f"expected the ranks of the run, an integer from 2 to "
+                                 f"{1 << 20:,}, got {kind_of(w_)}")
+            for k in ("dtype", "backend"):
+                if run.get(k) is not None and not isinstance(run[k], str):
+                    raise InputError(src, f"{path}.{k}", f"expected a string, got {kind_of(run[k])}")
+            rows = _rows(run, "results", src, f"{path}.results", {"op", "bytes", "time_s"}, set())
+            for i, r in enumerate(rows):
+                wr = f"{path}.results[{i}]"
+                if r["op"] not in F.COLLECTIVES:
+                    raise InputError(src, f"{wr}.op", f"expected one of {', '.join(F.COLLECTIVES)}, got "
+                                     f"{kind_of(r['op'])}")
+                _rate(_pos_number(r["bytes"], src, f"{wr}.bytes"), _pos_number(r["time_s"], src, f"{wr}.time_s"),
+                      src, f"{wr}.time_s")
+            if not any(r["op"] == "all_reduce" for r in rows):
+                raise InputError(src, f"{path}.results", "needs all_reduce samples (the scale-up efficiency is "
+                                 "fitted on them)")
+    return raw
+
+
 def write_profile(out: str | Path, raw: dict, base: str, catalog: list[str] | tuple[str, ...] = (),
-                  chip_id: str | None = None, write_raw: bool = True) -> dict:
-    """Fit `raw`, write `out` (chip YAML) and, if asked, `<out stem>.raw.json`. Returns the chip doc."""
+                  chip_id: str | None = None, write_raw: bool = True, src: str = "raw profile") -> dict:
+    """Fit `raw` (checked first: check_raw; `src` names it in errors), write `out` (chip YAML) and, if asked,
+    `<out stem>.raw.json`. Returns the chip doc."""
+    check_raw(raw, src)
     base_path, base_doc = resolve_base(base, catalog)
-    doc = build_chip_doc(base_doc, raw, chip_id)
+    try:
+        with np.errstate(all="raise"):       # a value the checks missed is bad input, never a warning
+            doc = build_chip_doc(base_doc, raw, chip_id)
+    except FloatingPointError as e:
+        raise InputError(src, "", f"the measurements give no usable fit ({e})") from None
     header = (f"Measured chip file written by `baige-plan profile` (base: {base_doc['id']}).\n"
               f"Re-fit offline from the raw samples: python -m baige_plan.profile.measure --refit "
               f"{raw_path_for(out).name} --base {base_doc['id']}")

@@ -36,8 +36,11 @@ def plan_info(doc: dict) -> dict:
     model = doc["inputs"]["model"]
     job = doc["inputs"]["job"]
     cluster = doc["inputs"]["cluster"]
+    hosts = _used_nodes(cluster, doc.get("placement"))
+    if hosts:   # a one-group plan on part of its cluster (search/partial.py): launch only the nodes it uses
+        cluster = dict(cluster, groups=[dict(g, nodes=len(hosts[g["name"]])) for g in cluster["groups"]])
     est = doc.get("estimate") or {}
-    return {"s": s, "m": m, "counts": counts, "model": model, "job": job, "cluster": cluster,
+    return {"hosts": hosts, "s": s, "m": m, "counts": counts, "model": model, "job": job, "cluster": cluster,
             "gb": s["dp"] * m * s["micro_batch"], "layers": model["layers"], "shapes": len(pipes),
             "pipelines": pipes, "runtime": doc.get("runtime") or s.get("runtime") or "megatron",
             "stage_tps": [st["tp"] for st in p0["stages"]], "stage_groups": [st["group"] for st in p0["stages"]],
@@ -45,6 +48,19 @@ def plan_info(doc: dict) -> dict:
             "devices": sum(g["nodes"] * g["devices_per_node"] for g in cluster.get("groups", [])),
             "title": (f"{model['name']} on {cluster['name']}: predicted {est.get('step_time_s', 0):.4g} s/step, "
                       f"MFU {est.get('mfu', 0):.1%} (baige-plan)")}
+
+
+def _used_nodes(cluster: dict, placement) -> dict[str, list[int]]:
+    """{group: node indices its ranks use} when a one-group plan leaves nodes idle (fewer nodes, --exclude);
+    {} otherwise (every node used, or several groups: their exporters read the placement themselves)."""
+    groups = cluster.get("groups") or []
+    if len(groups) != 1 or not isinstance(placement, list) or not placement:
+        return {}
+    g = groups[0]
+    used = sorted({p["node"] for p in placement if isinstance(p, dict) and isinstance(p.get("node"), int)})
+    if not used or used == list(range(g["nodes"])):
+        return {}
+    return {g["name"]: used}
 
 
 def common_caveats(i: dict) -> list[str]:
@@ -71,7 +87,7 @@ def hostfile_lines(i: dict, fmt: str = "slots") -> list[str]:
     fmt "slots": `HOST slots=N` (DeepSpeed / OpenMPI); "plain": `HOST` (torchrun rendezvous list)."""
     out = []
     for g in i["cluster"].get("groups", []):
-        for n in range(g["nodes"]):
+        for n in (i.get("hosts") or {}).get(g["name"], range(g["nodes"])):   # the nodes the plan uses
             host = f"{g['name']}-node{n:04d}"
             out.append(f"{host} slots={g['devices_per_node']}" if fmt == "slots" else host)
     return out

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from itertools import product
 
@@ -467,19 +468,24 @@ def _runtime_ok(cluster: ClusterSpec, model: ModelSpec, p: PipelinesSpec, refuse
 
 def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySpec, *, memory_frac: float = 0.9,
           time_limit_s: float | None = None, per_group_top: int = 2, recompute_pinned: bool = False,
-          lim: Limits | None = None) -> HeteroResult:
+          lim: Limits | None = None, progress: Callable[[str, int, int], None] | None = None) -> HeteroResult:
     """Best heterogeneous plan within the caps and pins `lim`. Tries recompute selective then full
     unless pinned. `time_limit_s` (None: no limit, and the result is reproducible to the byte): templates
     are solved in label order; at the limit the remaining ones are skipped, and the status says FEASIBLE
-    with how many were solved (the single-group searches get the same limit)."""
+    with how many were solved (the single-group searches get the same limit). `progress(stage, done, total)`,
+    when given, is told how far the search is (after each group's search, each template solved, each plan
+    polished); it does not change the result."""
     t0 = time.perf_counter()
+    tell = progress if progress is not None else (lambda stage, done, total: None)
     deadline = math.inf if time_limit_s is None else t0 + time_limit_s
     if lim is None:
         lim = Limits(recompute=base.recompute if recompute_pinned else None)
     variants = [base] if (recompute_pinned or lim.recompute) else \
         [replace(base, recompute=rc) for rc in ("selective", "full")]
-    searched = {g.name: _search_group(model, g, job, memory_frac, per_group_top, time_limit_s, lim, base.runtime)
-                for g in cluster.groups}
+    searched = {}
+    for gi, g in enumerate(cluster.groups):
+        tell("searching each chip group alone", gi, len(cluster.groups))
+        searched[g.name] = _search_group(model, g, job, memory_frac, per_group_top, time_limit_s, lim, base.runtime)
     one_pipeline = bool(getattr(runtimes.module(base.runtime), "ONE_PIPELINE", False))
     results = []
     seen: set[Template] = set()
@@ -505,6 +511,7 @@ def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySp
         if solved and time.perf_counter() > deadline:
             stopped = True          # --time-limit: keep what is solved (status FEASIBLE below)
             break
+        tell("solving pipeline templates with CP-SAT", solves, n_temps)
         sol = _solve_template(model, cluster, job, t, v, memory_frac, per, cache)
         solves += 1
         if sol is not None:
@@ -529,6 +536,7 @@ def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySp
     polished = []
     cut = [r for r in results if r[0] <= results[0][0] * POLISH_WITHIN][:POLISH_TOP] if results else []
     for n, (st_, lab, p, e, status, gap) in enumerate(cut):
+        tell("polishing the best plans", n, len(cut))
         budget = POLISH_EVALS // 2 if n == 0 else POLISH_EVALS // (2 * max(1, len(cut) - 1))
         p2, e2 = polish(model, cluster, job, p, memory_frac, budget)
         ok2 = e2 is not None and _runtime_ok(cluster, model, p2, refused)
@@ -547,6 +555,7 @@ def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySp
     p = normalized(p)
     e = _exact(model, cluster, job, p, memory_frac) or e
     runners = tuple((lab, e_) for _st, lab, _p, e_, *_ in results[1:6])
+    tell("the best plan of each chip group alone", 0, 1)
     standalone = standalone_throughputs(model, cluster, job, memory_frac, time_limit_s, searched, lim, base.runtime)
     idle = _idle_reasons(model, cluster, job, p, e, results, base.runtime)
     return HeteroResult(p, e, status, gap, n_temps, solves, time.perf_counter() - t0, standalone, runners, idle)

@@ -20,11 +20,16 @@ Worked example: tp=2, cp=1, dp=2, pp=2 on 2 nodes x 4 devices (8 ranks):
     rank 3: node 0 dev 3, stage 0, replica 1, tp_rank 1     rank 7: node 1 dev 3, stage 1, replica 1, tp_rank 1
 TP pairs {0,1} {2,3} {4,5} {6,7} share a node; DP pairs {0,2} {1,3} stay in node 0; the pipeline
 p2p (rank 0 -> 4) crosses to node 1.
+
+A plan on part of its cluster (search/partial.py: fewer nodes, `--exclude`) passes `nodes`, the usable node
+indices in order: the k-th node the formula fills is nodes[k] (ranks 0-7 on nodes [0, 1, 2, 4] go to node 0,
+ranks 24-31 to node 4), so excluded nodes host no rank.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,13 @@ def place(rank: int, tp: int, cp: int, dp: int, pp: int, group: str, devices_per
                 tp_rank=local % tp, cp_rank=(local // tp) % cp)
 
 
-def placement(tp: int, cp: int, dp: int, pp: int, group: str, devices_per_node: int) -> list[Slot]:
-    """Every rank of a homogeneous plan, rank order."""
-    return [place(r, tp, cp, dp, pp, group, devices_per_node) for r in range(tp * cp * dp * pp)]
+def placement(tp: int, cp: int, dp: int, pp: int, group: str, devices_per_node: int,
+              nodes: Sequence[int] | None = None) -> list[Slot]:
+    """Every rank of a homogeneous plan, rank order; `nodes`: the usable node indices (default 0, 1, ...)."""
+    slots = [place(r, tp, cp, dp, pp, group, devices_per_node) for r in range(tp * cp * dp * pp)]
+    if nodes is None:
+        return slots
+    need = -(-len(slots) // devices_per_node)
+    if len(nodes) < need or len(set(nodes)) != len(nodes):
+        raise ValueError(f"the plan needs {need} distinct nodes, {len(set(nodes))} given")
+    return [replace(s, node=nodes[s.node]) for s in slots]

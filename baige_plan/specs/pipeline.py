@@ -6,8 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from baige_plan.errors import SpecError, require
+from baige_plan.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_LAYERS
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
+from baige_plan.specs.strategy import ATTENTION, RECOMPUTE
 from baige_plan.specs.topology import ClusterSpec
 
 
@@ -77,19 +79,71 @@ class PipelinesSpec:
         return used
 
 
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _short(v) -> str:
+    r = repr(v)
+    return r if len(r) <= 60 else r[:57] + "..."
+
+
+_KNOB_INTS = (("micro_batch", MAX_GLOBAL_BATCH), ("cp", MAX_DEVICES), ("ep", MAX_DEVICES), ("etp", MAX_DEVICES),
+              ("vpp", MAX_LAYERS))
+
+
+def _check_knobs(kn: ShapeKnobs, where: str) -> None:
+    """A shape's own knobs: integers in range, zero 0-3, a known recompute mode, sequence parallel a boolean
+    (messages built only on a failure: this runs in every estimate of the heterogeneous search)."""
+    for k, top in _KNOB_INTS:
+        v = getattr(kn, k)
+        if v is not None and not (_is_int(v) and 1 <= v <= top):
+            raise SpecError(f"{where}.{k}", f"must be an integer from 1 to {top:,}, got {_short(v)}")
+    if kn.zero is not None and not (_is_int(kn.zero) and kn.zero in (0, 1, 2, 3)):
+        raise SpecError(f"{where}.zero", f"must be 0, 1, 2 or 3, got {_short(kn.zero)}")
+    if kn.recompute is not None and not (isinstance(kn.recompute, str) and kn.recompute in RECOMPUTE):
+        raise SpecError(f"{where}.recompute", f"must be one of {', '.join(RECOMPUTE)}, got {_short(kn.recompute)}")
+    if kn.sequence_parallel is not None and not isinstance(kn.sequence_parallel, bool):
+        raise SpecError(f"{where}.sequence_parallel", f"must be true or false, got {_short(kn.sequence_parallel)}")
+
+
+def _check_plan_wide(p: PipelinesSpec) -> None:
+    if not (_is_int(p.micro_batch) and 1 <= p.micro_batch <= MAX_GLOBAL_BATCH):
+        raise SpecError("micro_batch", f"must be an integer from 1 to {MAX_GLOBAL_BATCH:,}, got {_short(p.micro_batch)}")
+    if not (_is_int(p.zero) and p.zero in (0, 1, 2, 3)):
+        raise SpecError("zero", f"must be 0, 1, 2 or 3, got {_short(p.zero)}")
+    if not (isinstance(p.recompute, str) and p.recompute in RECOMPUTE):
+        raise SpecError("recompute", f"must be one of {', '.join(RECOMPUTE)}, got {_short(p.recompute)}")
+    if not (isinstance(p.attention, str) and p.attention in ATTENTION):
+        raise SpecError("attention", f"must be one of {', '.join(ATTENTION)}, got {_short(p.attention)}")
+
+
+def _check_stage_types(st: StageSpec, w: str) -> None:
+    if not isinstance(st.group, str):
+        raise SpecError(f"{w}.group", f"expected a group name, got {_short(st.group)}")
+    if not (isinstance(st.layers, tuple) and len(st.layers) == 2 and all(_is_int(x) for x in st.layers)):
+        raise SpecError(f"{w}.layers", f"expected [start, end): two integers, got {_short(st.layers)}")
+    if not _is_int(st.tp):
+        raise SpecError(f"{w}.tp", f"expected an integer, got {_short(st.tp)}")
+
+
 def check_pipelines(p: PipelinesSpec, model: ModelSpec, cluster: ClusterSpec, job: JobSpec) -> None:
     """Every shape covers layers [0, L) once, contiguously; tp divides heads and kv heads and stays
     inside a node; the batch adds up; no group is over-subscribed."""
     require(len(p.shapes) >= 1, "pipelines", "needs at least one pipeline shape")
+    _check_plan_wide(p)
     for si, sh in enumerate(p.shapes):
         where = f"pipelines[{si}]"
-        require(sh.replicas >= 1 and sh.micro_batches >= 1, where,
-                f"replicas={sh.replicas} and micro_batches={sh.micro_batches} must be >= 1")
+        if not (_is_int(sh.replicas) and _is_int(sh.micro_batches) and sh.replicas >= 1 and sh.micro_batches >= 1):
+            raise SpecError(where, f"replicas={_short(sh.replicas)} and micro_batches={_short(sh.micro_batches)} must "
+                            "be integers >= 1")
+        _check_knobs(sh.knobs, f"{where}.strategy")
         require(len(sh.stages) >= 1, f"{where}.stages", "needs at least one stage")
         nxt = 0
         vpp = p.knob(sh, "vpp")
         for i, st in enumerate(sh.stages):
             w = f"{where}.stages[{i}]"
+            _check_stage_types(st, w)
             try:
                 g = cluster.group(st.group)
             except SpecError:

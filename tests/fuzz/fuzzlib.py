@@ -614,19 +614,9 @@ def _where(exc: BaseException) -> str:
 
 # Crashes whose cause lies in a file this fuzzer's author could not change; each names the owner and the
 # input. They are reported apart ("known") and do not fail the run; remove an entry once it is fixed.
-KNOWN: dict[str, str] = {      # innermost frame inside baige_plan -> owner and cause
-    "io/chips.py:_check_sources":
-        "io/chips.py: a list inside a chip file's `sources:` list (sources: [[KEY]]) is looked up in a dict",
-    "io/render_plans.py:runners_table":
-        "explain: a plan's search.runners_up entries are not validated (io/plan_check.py) before rendering",
-    "io/plans.py:<listcomp>":
-        "io/plans.py: a malformed value in a plan (e.g. an empty string where a list is read) is indexed unchecked",
-    "io/topologies.py:cluster_from_dict":
-        "io/topologies.py: `bridges:` that is not a list (e.g. bridges: 5) is iterated unchecked",
-    "specs/pipeline.py:check_pipelines":
-        "specs/pipeline.py / io/plans.py: a plan stage's `layers` of the wrong type (a list in a list) is compared "
-        "unchecked",
-}
+# Empty since issue 12's fixes (chip sources, raw profiles, runners-up, plan pipelines and strategy values,
+# stage layers, topology bridges): every crash fails the run again.
+KNOWN: dict[str, str] = {}      # innermost frame inside baige_plan -> owner and cause
 
 
 def known(r: Result) -> str | None:
@@ -636,11 +626,6 @@ def known(r: Result) -> str | None:
     m = re.match(r"(\w+): .*\[at (.+)\]$", r.exception, re.S)
     if m and m.group(2) in KNOWN:
         return KNOWN[m.group(2)]
-    if m and m.group(2).startswith("profile/"):
-        return ("profile --refit: the content of a .raw.json is not validated before fitting (profile/measure.py, "
-                "fit.py, writer.py)")
-    if r.case.family.endswith("raw") and "RuntimeWarning" in r.stderr:
-        return "profile --refit: numpy warnings on stderr while fitting a malformed .raw.json (profile/fit.py)"
     errs = _error_lines(r.stderr)
     for pattern, why in KNOWN_MESSAGES:
         if r.code == 2 and errs and re.search(pattern, errs[-1]):
@@ -649,10 +634,7 @@ def known(r: Result) -> str | None:
 
 
 # exit-2 messages that show Python's text, from files owned elsewhere: (regex on the message, owner and cause)
-KNOWN_MESSAGES: list[tuple[str, str]] = [
-    (r": strategy: malformed value: ", "io/plans.py: a malformed value in a plan's strategy is reported with "
-     "Python's error text (no field)"),
-]
+KNOWN_MESSAGES: list[tuple[str, str]] = []
 
 
 # Python's own error texts: an exit-2 message that shows one names no field, only a crash caught too broadly
@@ -756,6 +738,8 @@ def violations(r: Result, validated: Result | None = None) -> list[str]:
         out.append(f"exit {r.code}" + (f" ({r.exception})" if r.exception else ""))
     if "Traceback" in r.stdout + r.stderr:
         out.append("traceback in output")
+    if re.search(r"\w+Warning: ", r.stderr):        # e.g. numpy's RuntimeWarning: a value nothing checked
+        out.append("a Python warning on stderr")
     if r.code == 2 and r.case.args not in (["plan"], ["evaluate"], ["validate"], ["check"]) and "--help" not in r.case.args:
         errs = _error_lines(r.stderr)
         if len(errs) != 1:
