@@ -215,12 +215,7 @@ def segment_orders(counts: dict[str, int], names: list[str]) -> list[tuple[tuple
         for k in sorted({1, n // 2, n - 1})[:MAX_REVISIT_SPLITS]:
             if 1 <= k < n:
                 out.append(((head, k),) + tuple((g, counts[g]) for g in perm[1:]) + ((head, n - k),))
-    seen, uniq = set(), []
-    for o in out:
-        if o not in seen:
-            seen.add(o)
-            uniq.append(o)
-    return uniq
+    return list(dict.fromkeys(out))      # first occurrence of each, in order
 
 
 def _states_may_fit(model: ModelSpec, groups: list[GroupSpec], tp: dict[str, int], stages: int, r: int,
@@ -273,13 +268,10 @@ def spanning_templates(model: ModelSpec, job: JobSpec, groups: list[GroupSpec], 
 
 
 def _divisors_upto(n: int, cap: int) -> list[int]:
-    """Divisors of n that are <= cap (trial division up to sqrt(n): bounded work for any n)."""
-    out, d = set(), 1
-    while d * d <= n:
-        if n % d == 0:
-            out.update((d, n // d))
-        d += 1
-    return sorted(x for x in out if x <= cap)
+    """Divisors of n that are <= cap (search/space.py `divisors`: O(sqrt n))."""
+    from baige_plan.search.space import divisors
+
+    return [d for d in divisors(n) if d <= cap]
 
 
 def templates(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySpec, memory_frac: float,
