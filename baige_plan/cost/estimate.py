@@ -29,8 +29,10 @@ from baige_plan.cost.flops import (
     tokens_per_expert,
 )
 from baige_plan.cost.memory import (
+    BF16_GRAD_BYTES,
     FP32_PRECISIONS,
     GIB,
+    bf16_grad_reduce,
     comm_groups,
     inflight_microbatches,
     layer_activation_bytes,
@@ -508,10 +510,9 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
     # holding the same weights: dp x cp (the distributed optimizer's intra_dp_cp group), experts over edp.
     rt = runtimes.get(s.runtime)
     mem = rt.memory
-    if s.grad_reduce_bf16 and job.precision in ("bf16", "fp8"):
-        # Megatron --grad-reduce-in-bf16 (training/arguments.py: accumulate_allreduce_grads_in_fp32 = False):
-        # the main-grad buffer is bf16, 2 B/param ("4 + 16/d" row of Megatron's dist_optimizer.md)
-        mem = replace(mem, grad_bytes_bf16=2)
+    if bf16_grad_reduce(s, job.precision):
+        # the main-grad buffer is bf16 ("4 + 16/d" row of Megatron's dist_optimizer.md)
+        mem = replace(mem, grad_bytes_bf16=BF16_GRAD_BYTES)
     dp_dense = s.dp * s.cp
     w_b, g_b, k_b, st_b = state_bytes(mem, job.precision, s.zero, dp_dense)
     we_b, ge_b, ke_b, ste_b = state_bytes(mem, job.precision, s.zero, s.edp)
@@ -652,8 +653,8 @@ def dp_traffic(st: StageCost, group: GroupSpec, s: StrategySpec, job: JobSpec, m
         return DpTraffic(reductions=0, zero3_s=per_mb * m, zero3_compute_s=m * st.time_s)
     sync = rt.grad_sync(s.zero, s.pp)
     gb = precision_state_bytes(job.precision, rt.grad_bytes)[1]   # main-grad bytes (4 in fp32/tf32)
-    if s.grad_reduce_bf16 and job.precision in ("bf16", "fp8"):
-        gb = 2                                                   # --grad-reduce-in-bf16: bf16 reductions
+    if bf16_grad_reduce(s, job.precision):
+        gb = BF16_GRAD_BYTES
     wb = weight_bytes(job.precision)
     if s.zero == 0:
         grads = C.all_reduce_s(dense * gb, link) + C.all_reduce_s(expert * gb, edp_link)

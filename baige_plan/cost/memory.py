@@ -50,6 +50,16 @@ NCCL_GROUP_GIB = 0.475
 FRAMEWORK_RESERVE_GIB = CUDA_CONTEXT_GIB   # the least a process reserves outside its tensors (search bounds)
 
 
+BF16_GRAD_BYTES = 2   # Megatron --grad-reduce-in-bf16: bf16 main grads, reduced in bf16
+
+
+def bf16_grad_reduce(s, precision: str) -> bool:
+    """The strategy keeps bf16 main grads and reduces them in bf16 (Megatron --grad-reduce-in-bf16, which
+    training/arguments.py applies to --bf16 runs: accumulate_allreduce_grads_in_fp32 = False); fp8 runs
+    keep bf16 weights and grads, so it applies there too."""
+    return bool(getattr(s, "grad_reduce_bf16", False)) and precision in ("bf16", "fp8")
+
+
 def weight_bytes(precision: str) -> int:
     """Bytes of the weight copy the GEMMs read (and ZeRO/FSDP gathers): 16-bit in mixed precision
     (bf16, fp16, fp8 -- Transformer Engine keeps bf16 weights and quantises on the fly), fp32 in fp32/tf32."""

@@ -58,18 +58,23 @@ def _check_sources(item: dict, src: str, path: str, cites: dict, need: bool) -> 
             raise InputError(src, f"{path}.sources", f"unknown source {key!r} (define it under top-level 'sources')")
 
 
-def _curve(d: Any, src: str, path: str, cites: dict) -> EfficiencyCurve:
-    item = check_keys(d, src, path, {"points", "sources"}, {"estimated", "note", "conditions"})
-    _check_sources(item, src, path, cites, need=True)
-    pts = item["points"]
+def _pairs(pts: Any, src: str, path: str, what: str) -> list[tuple[float, float]]:
+    """A non-empty list of numeric pairs (curve points), each named in the error by its index."""
     if not isinstance(pts, list) or not pts:
-        raise InputError(src, f"{path}.points", "must be a non-empty list of [gemm_flops, efficiency]")
+        raise InputError(src, path, f"must be a non-empty list of {what}")
     out = []
     for i, p in enumerate(pts):
         if (not isinstance(p, list) or len(p) != 2
                 or any(isinstance(x, bool) or not isinstance(x, (int, float)) for x in p)):
-            raise InputError(src, f"{path}.points[{i}]", f"expected [gemm_flops, efficiency], got {p!r}")
+            raise InputError(src, f"{path}[{i}]", f"expected {what}, got {p!r}")
         out.append((float(p[0]), float(p[1])))
+    return out
+
+
+def _curve(d: Any, src: str, path: str, cites: dict) -> EfficiencyCurve:
+    item = check_keys(d, src, path, {"points", "sources"}, {"estimated", "note", "conditions"})
+    _check_sources(item, src, path, cites, need=True)
+    out = _pairs(item["points"], src, f"{path}.points", "[gemm_flops, efficiency]")
     try:
         return EfficiencyCurve(tuple(out))
     except SpecError as e:
@@ -108,15 +113,7 @@ def link_curves_from_doc(d: Any, src: str, path: str, cites: dict) -> LinkCurves
             raise InputError(src, f"{full}.metric", f"must be one of {', '.join(METRICS)}, got {metric!r}")
         if "estimated" in item and not isinstance(item["estimated"], bool):
             raise InputError(src, f"{full}.estimated", "must be true or false")
-        pts = item["points"]
-        if not isinstance(pts, list) or not pts:
-            raise InputError(src, f"{full}.points", "must be a non-empty list of [bytes, GBps]")
-        out = []
-        for j, p in enumerate(pts):
-            if (not isinstance(p, list) or len(p) != 2
-                    or any(isinstance(x, bool) or not isinstance(x, (int, float)) for x in p)):
-                raise InputError(src, f"{full}.points[{j}]", f"expected [bytes, GBps], got {p!r}")
-            out.append((float(p[0]), float(p[1])))
+        out = _pairs(item["points"], src, f"{full}.points", "[bytes, GBps]")
         try:
             args = (item["n"], item.get("per_node"), item.get("estimated", False), tuple(item["sources"]))
             c = (BandwidthCurve.from_algbw(op, out, *args) if metric == "algbw"

@@ -80,16 +80,16 @@ def _zero(par: dict) -> int:
     if isinstance(par.get("zero"), int):
         return par["zero"]
     t = str(par.get("zero_or_sharding") or "none").lower()
-    if _megatron_recipe(par) and "not stated" in t and "fsdp" not in t.split("not stated")[0].replace("fully-sharded column is 0", ""):
-        # unstated distributed optimizer in a NeMo / Megatron-Bridge run: every Megatron-Bridge recipe builds its
-        # optimizer with use_distributed_optimizer=True (NVIDIA-NeMo/Megatron-Bridge@067f987d
-        # src/megatron/bridge/recipes/utils/optimizer_utils.py), i.e. ZeRO-1
-        return 1
     for stage in (3, 2, 1):
         if f"zero-{stage}" in t or f"zero{stage}" in t or f"stage {stage}" in t:
             return stage
     if "fsdp" in t or "full_shard" in t:
         return 3
+    if _megatron_recipe(par) and "not stated" in t:
+        # unstated distributed optimizer in a NeMo / Megatron-Bridge run: every Megatron-Bridge recipe builds its
+        # optimizer with use_distributed_optimizer=True (NVIDIA-NeMo/Megatron-Bridge@067f987d
+        # src/megatron/bridge/recipes/utils/optimizer_utils.py), i.e. ZeRO-1
+        return 1
     return 0
 
 

@@ -68,8 +68,8 @@ class _Progress:
 
 
 def _time_cuda(torch, fn: Callable[[], Any], target_s: float = 0.02, repeats: int = 5, warmup: int = 3,
-               agree: Callable[[int], int] | None = None) -> float:
-    """Median seconds per call of `fn` (CUDA events; loop sized to ~target_s).
+               agree: Callable[[int], int] | None = None, max_reps: int = 500) -> float:
+    """Median seconds per call of `fn` (CUDA events; loop sized to ~target_s, at most max_reps calls).
 
     `agree` makes every rank of a collective use the same repetition count (else they deadlock)."""
     for _ in range(warmup):
@@ -81,7 +81,7 @@ def _time_cuda(torch, fn: Callable[[], Any], target_s: float = 0.02, repeats: in
     end.record()
     end.synchronize()
     one = max(start.elapsed_time(end) / 1e3, 1e-6)
-    reps = max(1, min(500, int(target_s / one)))
+    reps = max(1, min(max_reps, int(target_s / one)))
     if agree is not None:
         reps = agree(reps)
     times = []

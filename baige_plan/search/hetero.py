@@ -519,18 +519,16 @@ def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySp
     # exact estimates, most promising first; a solution whose linear pipeline time (a lower bound of its
     # exact step) is beyond the polish window of the best exact step so far can neither win nor be polished
     solved.sort(key=lambda x: (x[0], x[1]))
+    # keep to what the runtime runs (e.g. FlagScale: one pipeline, no cp/vpp in hetero mode)
+    refused: list[str] = []
     best_exact = math.inf
     for t_lin, label, (p, status, gap, _) in solved:
         if t_lin > best_exact * POLISH_WITHIN:
             break
         e = _exact(model, cluster, job, p, memory_frac, cache)
-        if e is not None:
+        if e is not None and _runtime_ok(cluster, model, p, refused):
             results.append((e.step_time_s, label, p, e, status, gap))
-            if _runtime_ok(cluster, model, p, []):
-                best_exact = min(best_exact, e.step_time_s)
-    # keep to what the runtime runs (e.g. FlagScale: one pipeline, no cp/vpp in hetero mode)
-    refused: list[str] = []
-    results = [r for r in results if _runtime_ok(cluster, model, r[2], refused)]
+            best_exact = min(best_exact, e.step_time_s)
     # exact-model polish of the most promising solutions (moving layers / micro-batches)
     results.sort(key=lambda r: (r[0], r[1]))
     polished = []

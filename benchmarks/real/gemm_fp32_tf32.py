@@ -25,32 +25,12 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
-import statistics
 import subprocess
 import sys
+from pathlib import Path
 
-
-def _time_cuda(torch, fn, target_s: float = 0.02, repeats: int = 5, warmup: int = 3) -> float:
-    """Median seconds per call (CUDA events; loop sized to ~target_s) -- as baige_plan/profile/measure.py."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    fn()
-    end.record()
-    end.synchronize()
-    one = max(start.elapsed_time(end) / 1e3, 1e-6)
-    reps = max(1, min(500, int(target_s / one)))
-    times = []
-    for _ in range(repeats):
-        start.record()
-        for _ in range(reps):
-            fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3 / reps)
-    return statistics.median(times)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))   # the repo root: baige_plan (stdlib + numpy here)
+from baige_plan.profile.measure import _time_cuda  # noqa: E402  one CUDA-event timing loop for all measurements
 
 
 def gemm_shapes() -> list[tuple[int, int, int]]:

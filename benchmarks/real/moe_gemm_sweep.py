@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))   # the repo root: baige_plan (stdlib + numpy here)
+from baige_plan.profile.measure import _time_cuda  # noqa: E402  one CUDA-event timing loop for all measurements
 
 SHAPES = {   # name: (hidden, fc1 out width = up * expert_ffn, fc2 in width = expert_ffn, experts local)
     "harness-moe-350m-8e": (1024, 2048, 2048, 8),   # GeLU, 8 experts of 2048
@@ -34,27 +37,9 @@ SHAPES = {   # name: (hidden, fc1 out width = up * expert_ffn, fc2 in width = ex
 MS = [64, 128, 256, 512, 1024, 2048, 4096, 8192]
 
 
-def _time_cuda(torch, fn, repeats: int = 7, target_s: float = 0.01) -> float:
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record()
-    fn()
-    e.record()
-    e.synchronize()
-    one = max(s.elapsed_time(e) / 1e3, 1e-6)
-    reps = max(1, min(200, int(target_s / one)))
-    out = []
-    for _ in range(repeats):
-        s.record()
-        for _ in range(reps):
-            fn()
-        e.record()
-        e.synchronize()
-        out.append(s.elapsed_time(e) / 1e3 / reps)
-    return statistics.median(out)
-
+def _time(torch, fn) -> float:
+    """Median seconds per call: 7 repeats of a ~10 ms loop (at most 200 calls)."""
+    return _time_cuda(torch, fn, target_s=0.01, repeats=7, max_reps=200)
 
 def main() -> int:
     ap = argparse.ArgumentParser()
@@ -87,10 +72,10 @@ def main() -> int:
                 wd = w[0]
                 flops = 2.0 * E * m * n * k
                 r = {"shape": name, "gemm": gemm, "m": m, "k": k, "n": n, "experts": E, "flops": flops}
-                r["dense_s"] = _time_cuda(torch, lambda x=x, wd=wd: torch.mm(x, wd))
-                r["loop_s"] = _time_cuda(torch, lambda xs=xs, ws=ws: [torch.mm(xi, wi) for xi, wi in zip(xs, ws, strict=True)])
+                r["dense_s"] = _time(torch, lambda x=x, wd=wd: torch.mm(x, wd))
+                r["loop_s"] = _time(torch, lambda xs=xs, ws=ws: [torch.mm(xi, wi) for xi, wi in zip(xs, ws, strict=True)])
                 try:
-                    r["grouped_s"] = _time_cuda(torch, lambda x=x, w=w, o=offs: grouped(x, w, o))
+                    r["grouped_s"] = _time(torch, lambda x=x, w=w, o=offs: grouped(x, w, o))
                 except Exception as ex:   # noqa: BLE001 - record and go on
                     errors.append(f"{name} {gemm} m={m} grouped: {type(ex).__name__}: {str(ex)[:200]}")
                 rows.append(r)
@@ -99,11 +84,11 @@ def main() -> int:
             flops = 2.0 * E * m * n1 * h
             r = {"shape": name, "gemm": "fc1_wgrad", "m": m, "k": m, "n": n1, "experts": E, "flops": flops}
             xt = x1.t()
-            r["dense_s"] = _time_cuda(torch, lambda xt=xt, dy=dy: torch.mm(xt, dy))
-            r["loop_s"] = _time_cuda(torch, lambda xs=xs, dys=dys: [torch.mm(xi.t(), di)
+            r["dense_s"] = _time(torch, lambda xt=xt, dy=dy: torch.mm(xt, dy))
+            r["loop_s"] = _time(torch, lambda xs=xs, dys=dys: [torch.mm(xi.t(), di)
                                                                      for xi, di in zip(xs, dys, strict=True)])
             try:
-                r["grouped_s"] = _time_cuda(torch, lambda xt=xt, dy=dy, o=offs: grouped(xt, dy.t().contiguous().t(), o))
+                r["grouped_s"] = _time(torch, lambda xt=xt, dy=dy, o=offs: grouped(xt, dy.t().contiguous().t(), o))
             except Exception as ex:   # noqa: BLE001
                 errors.append(f"{name} wgrad m={m} grouped: {type(ex).__name__}: {str(ex)[:200]}")
             rows.append(r)
@@ -126,7 +111,7 @@ def main() -> int:
     # device-to-device copy (bytes read + written) and permutation traffic
     big = torch.empty(2**28, device=dev, dtype=torch.uint8)
     big2 = torch.empty_like(big)
-    copy_s = _time_cuda(torch, lambda a=big, b=big2: b.copy_(a))
+    copy_s = _time(torch, lambda a=big, b=big2: b.copy_(a))
     copy_Bps = 2 * big.numel() / copy_s
     del big, big2
     perm = []
@@ -135,12 +120,12 @@ def main() -> int:
         idx = torch.randint(0, E, (N, k), device=dev)
         order = torch.argsort(idx.reshape(-1), stable=True)
         rows_idx = order // k
-        gather_s = _time_cuda(torch, lambda x=x, i=rows_idx: x.index_select(0, i))
+        gather_s = _time(torch, lambda x=x, i=rows_idx: x.index_select(0, i))
         y = torch.randn(N * k, h, device=dev, dtype=bf)
         out = torch.zeros(N, h, device=dev, dtype=bf)
-        scatter_s = _time_cuda(torch, lambda o=out, i=rows_idx, y=y: o.index_add_(0, i, y))
+        scatter_s = _time(torch, lambda o=out, i=rows_idx, y=y: o.index_add_(0, i, y))
         logits = torch.randn(N, E, device=dev, dtype=torch.float32)
-        router_s = _time_cuda(torch, lambda lg=logits, k=k: torch.softmax(lg, -1).topk(k, -1))
+        router_s = _time(torch, lambda lg=logits, k=k: torch.softmax(lg, -1).topk(k, -1))
         gb = 2 * N * k * h * 2       # read + write N*k rows of h bf16
         sb = N * k * h * 2 + 2 * N * h * 2
         perm.append({"tokens": N, "top_k": k, "hidden": h, "experts": E, "gather_s": gather_s, "gather_bytes": gb,
