@@ -4,7 +4,8 @@ benchmarks/real/harness.py) -> evaluable inputs, with every assumption stated.
 A row has model{layers, hidden, heads, kv_heads, ffn_hidden, vocab, seq_len, [activation,
 head_dim, dropout, tie_embeddings, moe]}, hardware{gpu_model | chip, num_gpus, gpus_per_node,
 [inter_node_bw_per_gpu_gbps]}, parallel{tp, pp, dp, [cp, ep, vpp, micro_batch, zero |
-zero_or_sharding, sequence_parallel, recompute, precision, attention, global_batch_seqs]} and
+zero_or_sharding, sequence_parallel, recompute, precision, attention, global_batch_seqs, runtime (a
+runtimes/ name; inferred from `framework` when absent), execution, tp_comm_overlap]} and
 results{step_time_s | derived.step_time_s, [memory_gib | peak_memory_gib, peak_memory_kind allocated | reserved,
 reserved_memory_gib]}.
 """
@@ -241,7 +242,10 @@ def _case(row: dict, rid: str, md: dict, hw: dict, par: dict, notes: list[str], 
         # NeMo / Megatron-Bridge performance recipes run TE userbuffer TP-communication overlap
         fw = str(par.get("framework", "")).lower()
         tp_overlap = bool(par.get("tp_comm_overlap", "nemo" in fw or "megatron-bridge" in fw))
-        runtime = runtime_of(par.get("framework"), par.get("zero_or_sharding"))
+        runtime = par.get("runtime") or runtime_of(par.get("framework"), par.get("zero_or_sharding"))
+        if runtime not in runtimes.NAMES + runtimes.BACKTEST_ONLY:
+            raise InputError(src, f"rows[{rid}].parallel.runtime",
+                             f"unknown runtime {runtime!r} (one of {', '.join(runtimes.NAMES + runtimes.BACKTEST_ONLY)})")
         zero3_impl = runtimes.get(runtime).zero3_impl
         if not par.get("execution"):
             notes.append(f"execution {execution} (framework {par.get('framework')!r})")
