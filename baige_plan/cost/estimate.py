@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from baige_plan import runtimes
 from baige_plan.cost import collectives as C
 from baige_plan.cost.compute import ChipRates, gemm_time_s, layer_memory_bytes, moe_dispatch_bytes
+from baige_plan.cost.cp import cp_attention
 from baige_plan.cost.execution import EAGER, FUSED_LOSS_BYTES_PER_LOGIT, eager_host_s
 from baige_plan.cost.flops import (
     Gemm,
@@ -252,14 +253,24 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
     t_ep = 0.0
     if moe and model.moe is not None:
         t_ep = moe_dispatch_comm_s(model, tokens, s.tp, s.ep, s.etp, act_bytes, ep_link, etp_link) * load
-    # Context parallel ring attention: cp-1 KV block exchanges, overlapped with the attention
-    # core blocks they feed (Liu et al. 2023, Ring Attention; Megatron CP).
+    # Context parallelism: the runtime's ring (or all-gather) of K/V blocks against the attention steps
+    # it overlaps, each step a launch over 1/cp of the rank's attention (cost/cp.py)
     t_cp_f = t_cp_b = 0.0
     if s.cp > 1:
         kv_blk = 2 * s.micro_batch * seq / s.cp * model.kv_dim / s.tp * act_bytes
-        step_comm = C.p2p_s(kv_blk, cp_link)
-        t_cp_f = (s.cp - 1) * max(0.0, step_comm - a_f / s.cp)
-        t_cp_b = (s.cp - 1) * max(0.0, 2 * step_comm - a_b / s.cp)   # dKV travels back too
+        att_step = [Gemm(g.name, g.m, g.n / s.cp if g.name == "attn_qk" else g.n,
+                         g.k / s.cp if g.name == "attn_pv" else g.k, g.count, g.kind) for g in att]
+        step_f = sum(gemm_time_s(g, r) for g in att_step)
+        step_b = sum(gemm_time_s(g, r, passes=2, bwd=True) for g in att_step)
+        comm = runtimes.get(s.runtime).cp_comm
+        cpa = cp_attention(s.cp, comm, step_f, step_b, s.micro_batch * seq / s.cp * model.heads * model.head_dim
+                           / s.tp, kv_blk, act_bytes, r.hbm_Bps, cp_link)
+        t_cp_f, t_cp_b = cpa.exposed_fwd_s, cpa.exposed_bwd_s
+        if not timed:
+            # the per-step merging is memory-bound compute; the ring's steps are launches over 1/cp of the
+            # rank's attention each, less efficient than one launch over all of it
+            lf += cpa.extra_fwd_s + (s.cp * step_f - a_f if comm == "p2p" else 0.0)
+            lb += cpa.extra_bwd_s + (s.cp * step_b - a_b if comm == "p2p" else 0.0)
     fwd += lf + t_tp + t_ep + t_cp_f
     bwd += lb + t_tp_b + t_ep + t_cp_b
     comp += lf + lb

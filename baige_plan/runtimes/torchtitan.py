@@ -264,6 +264,7 @@ RUNTIME = RuntimeSpec(
     zero3_gather=lambda pp: "micro_batch" if pp == 1 else "step",
     grad_sync=_grad_sync,
     memory=MEMORY,
+    cp_comm="allgather",               # FlexAttention CP: K/V all-gathered (module docstring, "CP")
     extra_refusal=_refusal,
     notes=("torch/distributed/pipelining/stage.py backward_maybe_with_nosync, perform_reduce_grad",
            "torchtitan/trainer.py Trainer.train_step: backward per micro-batch without no_sync",

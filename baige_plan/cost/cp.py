@@ -1,0 +1,70 @@
+"""Context parallelism: the attention of one layer on one CP rank, as the runtime's CP implementation runs it.
+
+Every CP rank holds s/cp of the sequence (causal load balancing: chunks r and 2cp-1-r of 2cp, so every rank
+does 1/cp of the causal attention work) and needs every earlier key and value. Two implementations:
+
+"p2p" -- Transformer Engine's AttnFuncWithCPAndKVP2P (Megatron-core's default `--cp-comm-type p2p`;
+transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py @ d0067d0). The attention is
+split into cp steps; step i computes the local queries against the K/V block received at step i-1 while the
+block for step i+1 travels to the next rank of the ring (send/recv on a side stream, double-buffered):
+    forward  = c_f + (cp-1) * max(c_f, k)        c_f = one step's attention (1/cp of the rank's work)
+    backward = c_b + (cp-1) * max(c_b, 2k)       the ring carries K/V and the dK/dV partials (p2p_comm_buffers
+                                                  [[kv, dkv_send_buffer], ...], 2 blocks per step)
+    k = p2p(K/V block) = p2p(2 * b * s/cp * kv_heads*head_dim/tp * bytes)
+so the exposed communication is (cp-1) * max(0, k - c) per pass. Each step is its own attention launch over
+1/cp of the rank's work, so its kernel efficiency is read at that size. Memory-bound extras (not
+communication): the forward keeps every step's partial output and merges them into an fp32 output
+(flash_attn_fwd_out_correction: read the 16-bit step output, read + write the fp32 accumulator; then one
+cast to 16 bits), and the backward accumulates dQ and dK/dV per step in 16 bits (`dq.add_(dq_)`: read two,
+write one).
+
+"allgather" -- K/V all-gathered over the CP ranks before the local attention and dK/dV reduce-scattered
+after it, not overlapped with it (torchtitan 0.3.0's FlexAttention CP: the K/V all-gather of
+torch.distributed.tensor.experimental context_parallel; Transformer Engine's `--cp-comm-type all_gather`
+overlaps only the second half of the attention with the gather and is costed the same way here):
+    forward exposed = all_gather(cp * K/V block),  backward exposed = reduce_scatter(cp * K/V block)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from baige_plan.cost import collectives as C
+
+CP_COMM_TYPES = ("p2p", "allgather")
+OUT_MERGE_BYTES = 2 + 4 + 4     # per output element per step: read the 16-bit step output, read + write fp32 out
+OUT_CAST_BYTES = 4 + 2          # fp32 out -> the 16-bit layer output, once
+GRAD_ACC_BYTES = 3 * 2          # dq.add_(dq_) / dkv.add_(dkv_) in 16 bits: read two, write one
+
+
+@dataclass(frozen=True)
+class CpAttention:
+    """Per layer, per micro-batch, on one CP rank (seconds)."""
+
+    exposed_fwd_s: float     # ring/all-gather communication the attention does not hide (forward)
+    exposed_bwd_s: float
+    extra_fwd_s: float       # memory-bound merging of per-step outputs
+    extra_bwd_s: float       # per-step dQ / dK/dV accumulation
+
+
+def cp_attention(cp: int, comm: str, attn_fwd_step_s: float, attn_bwd_step_s: float, q_elems: float,
+                 kv_block_bytes: float, act_bytes: int, hbm_Bps: float, link: C.Link) -> CpAttention:
+    """CP cost of one layer's attention (module docstring). `attn_*_step_s`: one step's attention compute
+    (1/cp of the rank's attention, timed at that launch size); `q_elems`: the rank's query/output
+    elements (b * s/cp * heads*head_dim/tp); `kv_block_bytes`: one K/V block (K and V of the rank's
+    s/cp tokens)."""
+    if cp <= 1:
+        return CpAttention(0.0, 0.0, 0.0, 0.0)
+    if comm not in CP_COMM_TYPES:
+        raise ValueError(f"unknown CP communication {comm!r}: one of {CP_COMM_TYPES}")
+    kv_elems = kv_block_bytes / act_bytes
+    if comm == "allgather":
+        full = kv_block_bytes * cp
+        return CpAttention(C.all_gather_s(full, link), C.reduce_scatter_s(full, link), 0.0, 0.0)
+    k = C.p2p_s(kv_block_bytes, link)
+    k_b = C.p2p_s(2 * kv_block_bytes, link)
+    exposed_f = (cp - 1) * max(0.0, k - attn_fwd_step_s)
+    exposed_b = (cp - 1) * max(0.0, k_b - attn_bwd_step_s)
+    merge_f = (cp * OUT_MERGE_BYTES + OUT_CAST_BYTES) * q_elems / hbm_Bps
+    acc_b = cp * GRAD_ACC_BYTES * (q_elems + kv_elems) / hbm_Bps
+    return CpAttention(exposed_f, exposed_b, merge_f, acc_b)
