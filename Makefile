@@ -1,7 +1,10 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install test lint bench validate test-integration fuzz
+.PHONY: install test lint bench validate test-integration fuzz corpus-tables
+
+# the validation corpus: published calibration + held-out runs + one file per source in benchmarks/corpus/
+CORPUS := tests/data/published_calibration.yaml benchmarks/published_heldout.yaml $(sort $(wildcard benchmarks/corpus/*.yaml))
 
 install:
 	python3 -m venv $(VENV)
@@ -18,6 +21,11 @@ bench:
 
 validate:
 	$(VENV)/bin/baige-plan backtest tests/data/published_calibration.yaml
+
+# leave-one-source-out over the corpus: benchmarks/corpus/loso.json + LOSO.md (tests/test_loso_gate.py gates on
+# them) and the step-time band table shipped in the package (baige_plan/data/bands.yaml)
+corpus-tables:
+	$(VENV)/bin/baige-plan backtest --loso $(CORPUS) --tables benchmarks/corpus --bands baige_plan/data/bands.yaml
 
 test-integration:
 	bash tests/integration/run.sh

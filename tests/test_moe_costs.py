@@ -13,9 +13,10 @@ from baige_plan.cost.compute import (
     gemm_time_s,
     moe_dispatch_bytes,
 )
-from baige_plan.cost.estimate import dp_traffic, estimate, moe_dispatch_comm_s
+from baige_plan.cost.estimate import dp_traffic, estimate
 from baige_plan.cost.execution import EAGER_HOST, eager_host_s
 from baige_plan.cost.flops import Gemm, expert_load_factor, linear_gemms, tokens_per_expert
+from baige_plan.cost.moe import moe_dispatch_comm_s
 from baige_plan.io.catalog import Catalog
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec, MoESpec

@@ -27,8 +27,10 @@ from baige_plan.cli.common import (
 from baige_plan.cli.profile_opts import ProfileOpt, apply_profiles, report_sources
 from baige_plan.cli.runtime_opts import pick_runtime
 from baige_plan.cli.values import plan_file
+from baige_plan.cost.classes import primary_class
 from baige_plan.cost.estimate import estimate
 from baige_plan.errors import InputError, SpecError
+from baige_plan.io.bands import band_for, load_bands
 from baige_plan.io.catalog import Catalog
 from baige_plan.io.render import estimate_tables, print_tables
 from baige_plan.io.serialize import estimate_dict, to_json, to_yaml
@@ -138,11 +140,13 @@ def evaluate(
         fail_input(ex)
     except SpecError as ex:
         fail_input(ex, "strategy")
+    bands = load_bands()
+    band = band_for(e.step_time_s, m, job, e.strategy, bands)
     if fmt is Fmt.table:
         print_tables(estimate_tables(e, f"{m.name} on {cl.name}  (global batch {job.global_batch}, seq {job.seq_len}, "
-                                        f"{job.precision})"))
+                                        f"{job.precision})", band, bands.band_of(primary_class(m, job, e.strategy))[0]))
     else:
-        _emit_doc(estimate_dict(e), fmt, e.fits, table_ok=False)
+        _emit_doc(estimate_dict(e, band), fmt, e.fits, table_ok=False)
         if not e.fits:
             pass
     if not e.fits:

@@ -216,7 +216,7 @@ def plan(
         note(f"wrote {out}")
     shown = res.plans[:top]
     from dataclasses import replace
-    doc = plans_doc(replace(res, plans=shown), cl.groups[0].name, max_memory_frac)
+    doc = plans_doc(replace(res, plans=shown), cl.groups[0].name, max_memory_frac, m, job)
     if idle:
         for d in doc["plans"]:
             d["idle_devices"] = idle

@@ -100,7 +100,7 @@ def plan_hetero(cat, m: ModelSpec, cl: ClusterSpec, job: JobSpec, *, micro_batch
         except InputError as ex:
             fail_input(ex)
         note(f"wrote {out}")
-    doc = hetero_plans_doc(r, max_memory_frac)
+    doc = hetero_plans_doc(r, max_memory_frac, m, job)
     if training is not None:
         doc["plans"][0]["training"] = training
     if fmt is Fmt.table:

@@ -70,10 +70,13 @@ class ChipRates:
     attn_peak_flops: float = 0.0
     fused_dtype: str = ""     # fp32/tf32: fused attention = SDPA memory-efficient kernel at the fp32 rate
     fused_peak_flops: float = 0.0
+    gemm_scale: float = 1.0   # Calibration.gemm_scale: multiplier on the chip's GEMM-efficiency curves
+    attn_kernel: str = ""     # the runtime's fused-attention kernel (specs/chip.py ATTENTION_KERNELS; "": none known)
 
     @classmethod
-    def of(cls, chip: ChipSpec, precision: str) -> ChipRates:
-        """Rates of `precision` on `chip`; SpecError naming the figure when the chip lacks one."""
+    def of(cls, chip: ChipSpec, precision: str, gemm_scale: float = 1.0) -> ChipRates:
+        """Rates of `precision` on `chip`; SpecError naming the figure when the chip lacks one.
+        `gemm_scale`: specs/calibration.py Calibration.gemm_scale (1.0: the curves as committed)."""
         gemm_dtype = precision    # fp32 -> fp32 (CUDA cores), tf32 -> tf32 (tensor cores)
         hbm = chip.need("hbm_GBps") * 1e9 * (chip.hbm_efficiency or DEFAULT_HBM_EFF)
         act = 4 if precision in FP32_PRECISIONS else 2
@@ -83,7 +86,7 @@ class ChipRates:
             fused, fused_peak = "fp32", chip.peak("fp32") * 1e12
             chip.gemm_curve("fp32")   # the fused-attention rate needs it: fail here, naming the figure
         return cls(chip.peak(gemm_dtype) * 1e12, hbm, gemm_dtype, act, chip, attn, chip.peak(attn) * 1e12,
-                   fused, fused_peak)
+                   fused, fused_peak, gemm_scale)
 
 
 def gemm_time_s(g: Gemm, r: ChipRates, passes: float = 1.0, bwd: bool = False) -> float:
@@ -98,6 +101,8 @@ def gemm_time_s(g: Gemm, r: ChipRates, passes: float = 1.0, bwd: bool = False) -
     # chip together; GROUPED_GEMM note above); looped expert GEMMs are sized by one expert's tokens:
     # small experts fill the chip as poorly as a small GEMM does.
     eff = curve.at(g.flops if attention or g.kind == "expert_grouped" else g.flops_each)
+    if r.gemm_scale != 1.0:     # a refit calibration (specs/calibration.py); 1.0 leaves the curve untouched
+        eff = min(1.0, eff * r.gemm_scale)
     if g.kind == "attention_flash":
         if r.fused_dtype:
             # fp32/tf32: SDPA memory-efficient kernel, measured against the fp32 GEMM rate
@@ -106,11 +111,22 @@ def gemm_time_s(g: Gemm, r: ChipRates, passes: float = 1.0, bwd: bool = False) -
             # measured fused-attention rate (chip file, at head dim 128); smaller heads give each
             # tile less work per byte: sqrt(head_dim/128) fits the measured runs (docs/VALIDATION.md)
             eff = r.chip.flash_efficiency * min(1.0, g.k_head / 128) ** 0.5
+        elif r.attn_kernel in r.chip.attention_kernels:
+            # the runtime's kernel, sourced per chip by the sequence length one launch covers (its queries;
+            # head dim 128; smaller heads as above)
+            fwd_curve, bwd_curve = r.chip.attention_kernels[r.attn_kernel]
+            eff = (bwd_curve if bwd else fwd_curve).at(g.m) * min(1.0, g.k_head / 128) ** 0.5
         else:
             eff *= FLASH_BWD_FRACTION if bwd else FLASH_FRACTION
     t_compute = g.flops / (peak * eff)
     in_bytes = DTYPE_BYTES.get(dtype, 2) if dtype != "fp8" else 1
-    traffic = g.count * (g.m * g.k * in_bytes + g.k * g.n * in_bytes + g.m * g.n * r.act_bytes)
+    if g.kind == "attention_flash":
+        # a fused kernel keeps the s x s scores / probabilities on chip: QK^T reads Q and K, PV reads V and
+        # writes O (Dao 2022, Sec. 3); only a materialised score matrix is HBM traffic (standard attention)
+        traffic = g.count * (g.m * g.k + g.k * g.n) * in_bytes if g.name == "attn_qk" else \
+            g.count * (g.k * g.n * in_bytes + g.m * g.n * r.act_bytes)
+    else:
+        traffic = g.count * (g.m * g.k * in_bytes + g.k * g.n * in_bytes + g.m * g.n * r.act_bytes)
     t_mem = traffic / r.hbm_Bps
     if g.kind == "expert_grouped":
         t_mem /= GROUPED_GEMM_MEM_FRACTION

@@ -17,17 +17,15 @@ from dataclasses import dataclass, field, replace
 
 from baige_plan import runtimes
 from baige_plan.cost import collectives as C
-from baige_plan.cost.compute import ChipRates, gemm_time_s, layer_memory_bytes, moe_dispatch_bytes
+from baige_plan.cost.compute import ChipRates, gemm_time_s, layer_memory_bytes
 from baige_plan.cost.cp import cp_attention
 from baige_plan.cost.execution import EAGER, FUSED_LOSS_BYTES_PER_LOGIT, eager_host_s
 from baige_plan.cost.flops import (
     Gemm,
     attention_gemms,
-    expert_load_factor,
     linear_gemms,
     logits_gemm,
     megatron_model_flops,
-    tokens_per_expert,
 )
 from baige_plan.cost.memory import (
     BF16_GRAD_BYTES,
@@ -43,7 +41,9 @@ from baige_plan.cost.memory import (
     state_bytes,
     weight_bytes,
 )
+from baige_plan.cost.moe import moe_layer_terms
 from baige_plan.cost.params import layer_params_split
+from baige_plan.specs.calibration import COMMITTED, Calibration
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
 from baige_plan.specs.profile import LayerProfile
@@ -67,7 +67,8 @@ def zero3_collectives_per_layer(s: StrategySpec) -> int:
 # Fraction of the shorter of (ZeRO-3 communication, compute) hidden under the longer: prefetching
 # overlaps them, but NCCL kernels take SMs and HBM bandwidth from the GEMMs they overlap.
 # Calibrated on Narayanan 2021 Table 2 (compute-bound 384/640-GPU rows); see COST_MODEL.md.
-ZERO3_OVERLAP = 0.55
+# The value is specs/calibration.py Calibration.zero3_overlap (refit by leave-one-source-out validation).
+ZERO3_OVERLAP = COMMITTED.zero3_overlap
 TP_OVERLAP_RESIDUAL = 0.1   # with tp_comm_overlap, the first/last chunk of each TP collective stays exposed
 
 
@@ -194,20 +195,20 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
     fwd = bwd = rec = comp = tp_t = ep_t = cp_t = hw_flops = 0.0
     dense_p = expert_p = act = act_layer_full = 0.0
     lin, att = _gemm_set(model, s, seq, moe)
-    # MoE: the busiest EP rank sets the pace (flops.expert_load_factor; 1 under balanced routing)
-    load = _moe_load(model, s, tokens) if moe and model.moe is not None else 1.0
+    # MoE: the layer's extra terms (cost/moe.py); the busiest EP rank sets the pace (mt.load)
+    mt = moe_layer_terms(model, s, r, tokens, ep_link, etp_link) if moe and model.moe is not None else None
+    load = mt.load if mt is not None else 1.0
     g_f = sum(gemm_time_s(g, r) * (load if g.name.startswith("expert_") else 1.0) for g in lin)
     a_f = sum(gemm_time_s(g, r) for g in att)
     a_b = sum(gemm_time_s(g, r, passes=2, bwd=True) for g in att)
     out_b, core_b = layer_memory_bytes(model, tokens, s.micro_batch, seq, s.tp, s.cp, sp, std, act_bytes, moe)
     m_f = (out_b + core_b) / r.hbm_Bps
     m_b = 2 * m_f
-    if moe and model.moe is not None:
-        # routing + token permutation of the fused dispatcher (compute.moe_dispatch_bytes); eager
+    if mt is not None:
+        # routing + token permutation of the fused dispatcher (cost/moe.py); eager
         # execution replaces m_f/m_b with its measured traffic below
-        d_f, d_b = moe_dispatch_bytes(model, tokens, s.tp, s.ep, s.etp, act_bytes)
-        m_f += d_f / r.hbm_Bps
-        m_b += d_b / r.hbm_Bps
+        m_f += mt.dispatch_fwd_s
+        m_b += mt.dispatch_bwd_s
     if r.dtype == "fp8":
         # Transformer Engine quantises every GEMM input: read 16-bit, write fp8 (+ transpose copy for
         # wgrad): 3 B per input element in the forward, the output gradients likewise in the backward
@@ -250,9 +251,7 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
         t_tp = max(t_tp - g_f, TP_OVERLAP_RESIDUAL * t_tp)
         t_tp_b = max(t_tp_b - 2 * g_f, TP_OVERLAP_RESIDUAL * t_tp_b)
     # Expert parallel: dispatch + combine all-to-all per pass (4 per layer per micro-batch).
-    t_ep = 0.0
-    if moe and model.moe is not None:
-        t_ep = moe_dispatch_comm_s(model, tokens, s.tp, s.ep, s.etp, act_bytes, ep_link, etp_link) * load
+    t_ep = mt.ep_s if mt is not None else 0.0
     # Context parallelism: the runtime's ring (or all-gather) of K/V blocks against the attention steps
     # it overlaps, each step a launch over 1/cp of the rank's attention (cost/cp.py)
     t_cp_f = t_cp_b = 0.0
@@ -290,6 +289,23 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
         ep_t += t_ep
         cp_t += t_cp_f
         hw_flops += 4 * layer_hw
+    elif s.recompute == "selective" and runtimes.get(s.runtime).memory.selective == "op_sac":
+        # torchtitan's op-level selective AC (derived from its source in runtimes/torchtitan.py
+        # op_sac_recomputed): the backward re-runs every op of the layer's forward whose output is not
+        # saved -- every second weight GEMM, the router and routed-expert GEMMs, the memory-bound ops
+        # (norms, activation, residual adds, RoPE, casts, permutations: m_f; eager: its measured recompute
+        # traffic) and the TP all-gathers (all-reduces without SP) and CP K/V gathers. The attention core,
+        # reduce-scatters and EP all-to-alls are saved, so they do not run again.
+        from baige_plan.runtimes.torchtitan import op_sac_recomputed
+        redo = op_sac_recomputed(lin, model.activation)
+        rc = sum(gemm_time_s(g, r) * (load if g.name.startswith("expert_") else 1.0) for g in redo)
+        rc = meas.recompute_s if timed else rc + (eager_rec if s.execution == "eager" else m_f)
+        t_tp_rc = (n_tp * C.all_gather_s(act_sz, tp_link) if sp else t_tp) if s.tp > 1 else 0.0
+        rec += rc + t_tp_rc + t_cp_f
+        comp += rc
+        tp_t += t_tp_rc
+        cp_t += t_cp_f
+        hw_flops += 3 * layer_hw + sum(g.flops for g in redo)
     elif s.recompute == "selective" and std:
         rc = meas.recompute_s if timed else core_f
         rec += rc
@@ -330,52 +346,6 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
             "lf": lf, "lb": lb, "rc": rc}
 
 
-MOE_DISPATCHER = "alltoall"   # Megatron-Bridge/NeMo MoE recipes, the megatron export and the harness
-MOE_ROUTER = "balanced"       # the measured runs force-balance routing; flops.expert_load_factor
-
-
-def _moe_load(model: ModelSpec, s: StrategySpec, tokens: float) -> float:
-    """Busiest EP rank's expert load over the mean under MOE_ROUTER (flops.expert_load_factor)."""
-    e = model.moe
-    assert e is not None
-    return expert_load_factor(MOE_ROUTER, tokens_per_expert(model, tokens, s.tp, s.ep, s.etp) / s.etp,
-                              e.experts // s.ep, s.ep)
-
-
-def moe_dispatch_comm_s(model: ModelSpec, tokens: float, tp: int, ep: int, etp: int, act_bytes: int,
-                        ep_link: C.Link, etp_link: C.Link, dispatcher: str = MOE_DISPATCHER,
-                        tp_ep_link: C.Link | None = None) -> float:
-    """Token-dispatch communication of one MoE layer on one device per pass (forward; the backward
-    sends the gradients the same way), Megatron-core token_dispatcher.py:
-    - "alltoall" (MoEAlltoAllTokenDispatcher): dispatch + combine all-to-all over the ep group of the
-      rank's A = (tokens/tp) * top_k routed tokens (x etp after the expert-TP gather), h x b bytes each:
-          2 x all_to_all(A*etp*h*b)        (ep > 1)
-      plus the expert-TP all-gather (dispatch) and reduce-scatter (combine) of the same bytes (etp > 1).
-      ep = etp = 1 moves nothing: the local experts are looped/grouped in place.
-    - "allgather" (MoEAllGatherTokenDispatcher): all-gather over the tp x ep group of every rank's
-      N = tokens/tp unrouted tokens (h x b), of the N x E fp32 probabilities and the bool routing map,
-      then a reduce-scatter of the combined output, cast to the fp32 probs dtype:
-          all_gather(tp*ep*N*(h*b + 5E)) + reduce_scatter(tp*ep*N*h*4)      (tp*ep > 1)
-    """
-    e = model.moe
-    assert e is not None
-    n = tokens / tp
-    routed = n * e.top_k * model.hidden * act_bytes
-    if dispatcher == "alltoall":
-        t = 2 * C.all_to_all_s(routed * etp, ep_link) if ep > 1 else 0.0
-        if etp > 1:
-            t += 2 * C.all_gather_s(routed * etp, etp_link)
-        return t
-    if dispatcher == "allgather":
-        g = tp * ep
-        if g == 1:
-            return 0.0
-        link = tp_ep_link if tp_ep_link is not None else ep_link
-        return (C.all_gather_s(g * n * (model.hidden * act_bytes + 5 * e.experts), link)
-                + C.reduce_scatter_s(g * n * model.hidden * 4, link))
-    raise ValueError(f"unknown MoE dispatcher {dispatcher!r}: alltoall | allgather")
-
-
 def _embedding_act_bytes(model: ModelSpec, s: StrategySpec, tokens: float, act_bytes: int, sp: bool) -> float:
     """The embedding output the first stage holds (the analytical model charges no time for the lookup)."""
     return tokens * model.hidden * act_bytes / (s.tp if sp else 1)
@@ -406,11 +376,13 @@ def homogeneous_pp_link(group: GroupSpec, s: StrategySpec) -> C.Link:
 
 def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec, index: int,
                first_layer: int, n_layers: int, m: int,
-               p2p_links: tuple[C.Link | None, C.Link | None] | None = None) -> StageCost:
+               p2p_links: tuple[C.Link | None, C.Link | None] | None = None,
+               calibration: Calibration | None = None) -> StageCost:
     """Cost of pipeline stage `index` (layers [first_layer, first_layer + n_layers)) on `group`,
     per micro-batch, plus its memory. `p2p_links` = (link to the previous stage, link to the next)
     for heterogeneous pipelines; default: both from `homogeneous_pp_link`."""
-    r = ChipRates.of(group.chip, job.precision)
+    r = ChipRates.of(group.chip, job.precision, (calibration or COMMITTED).gemm_scale)
+    r = replace(r, attn_kernel=s.attention_kernel or runtimes.get(s.runtime).attention_kernel)
     seq = job.seq_len
     dpn = group.devices_per_node
     tokens = s.micro_batch * seq / s.cp
@@ -604,6 +576,7 @@ class DpTraffic:
     zero3_s: float = 0.0
     zero3_compute_s: float = 0.0
     extra_s: float = 0.0
+    zero3_overlap: float = ZERO3_OVERLAP   # Calibration.zero3_overlap
 
     @property
     def total_s(self) -> float:
@@ -623,14 +596,15 @@ class DpTraffic:
         z = 0.0
         if self.zero3_s > 0:
             c, m = self.zero3_compute_s, self.zero3_s
-            z = max(c, m) + (1 - ZERO3_OVERLAP) * min(c, m) - c
+            z = max(c, m) + (1 - self.zero3_overlap) * min(c, m) - c
         return g + p + z
 
     def plus(self, extra_s: float) -> DpTraffic:
         return replace(self, extra_s=self.extra_s + extra_s)
 
 
-def dp_traffic(st: StageCost, group: GroupSpec, s: StrategySpec, job: JobSpec, m: int) -> DpTraffic:
+def dp_traffic(st: StageCost, group: GroupSpec, s: StrategySpec, job: JobSpec, m: int,
+               calibration: Calibration | None = None) -> DpTraffic:
     """DP/ZeRO traffic of one stage per step, with the runtime's schedule of it (runtimes/NAME.py):
     when gradients are reduced (once per step or per micro-batch), what they overlap, and when ZeRO's
     parameter all-gather runs."""
@@ -661,7 +635,8 @@ def dp_traffic(st: StageCost, group: GroupSpec, s: StrategySpec, job: JobSpec, m
                              last_bucket=1 / n_layers)
         per_mb = 3 * C.all_gather_s(size, z_link)
         per_mb += 3 * max(0, n_layers * zero3_collectives_per_layer(s) - 1) * C.latency_s(z_link, "all_gather")
-        return DpTraffic(reductions=0, zero3_s=per_mb * m, zero3_compute_s=m * st.time_s)
+        return DpTraffic(reductions=0, zero3_s=per_mb * m, zero3_compute_s=m * st.time_s,
+                         zero3_overlap=(calibration or COMMITTED).zero3_overlap)
     sync = rt.grad_sync(s.zero, s.pp)
     gb = precision_state_bytes(job.precision, rt.grad_bytes)[1]   # main-grad bytes (4 in fp32/tf32)
     if bf16_grad_reduce(s, job.precision):
@@ -682,8 +657,9 @@ def dp_traffic(st: StageCost, group: GroupSpec, s: StrategySpec, job: JobSpec, m
 
 
 def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, s: StrategySpec,
-             memory_frac: float = 1.0) -> Estimate:
-    """Estimate one homogeneous strategy. Raises SpecError when the strategy is invalid."""
+             memory_frac: float = 1.0, calibration: Calibration | None = None) -> Estimate:
+    """Estimate one homogeneous strategy. Raises SpecError when the strategy is invalid.
+    `calibration`: the corpus-fitted constants (specs/calibration.py); None = the committed values."""
     if cluster.is_heterogeneous:
         from baige_plan.errors import SpecError
         raise SpecError("cluster", f"{cluster.name!r} has {len(cluster.groups)} groups; homogeneous "
@@ -695,7 +671,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, s: StrategySp
     stages = []
     first = 0
     for i, n in enumerate(split):
-        stages.append(stage_cost(model, group, job, s, i, first, n, m))
+        stages.append(stage_cost(model, group, job, s, i, first, n, m, calibration=calibration))
         first += n
     times = [st.time_s for st in stages]
     t_max = max(times)
@@ -705,7 +681,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, s: StrategySp
 
     dp_total = dp_exposed = 0.0
     for st in stages:
-        traffic = dp_traffic(st, group, s, job, m)
+        traffic = dp_traffic(st, group, s, job, m, calibration)
         if traffic.exposed_s >= dp_exposed:
             dp_exposed, dp_total = traffic.exposed_s, traffic.total_s
     # Optimizer step: memory-bound Adam over the locally owned (ZeRO-sharded) parameters.

@@ -19,7 +19,7 @@ from typing import Any
 
 from baige_plan.errors import InputError, SpecError
 from baige_plan.io.yamlio import check_keys, expect_schema, get_typed, kind_of, read_document
-from baige_plan.specs.chip import DTYPES, SCALEUP_KINDS, ChipSpec, EfficiencyCurve
+from baige_plan.specs.chip import ATTENTION_KERNELS, DTYPES, SCALEUP_KINDS, ChipSpec, EfficiencyCurve
 from baige_plan.specs.link import LINK_OPS, METRICS, BandwidthCurve, LinkCurves
 
 SCHEMA = "baige-plan/chip/v1"
@@ -79,6 +79,20 @@ def _curve(d: Any, src: str, path: str, cites: dict) -> EfficiencyCurve:
         return EfficiencyCurve(tuple(out))
     except SpecError as e:
         raise InputError(src, f"{path}.{e.field}", e.reason) from None
+
+
+def _attention_kernels(d: Any, src: str, cites: dict) -> dict:
+    """``measured.attention_kernels``: {KERNEL: {fwd: CURVE, bwd: CURVE}}, each CURVE as a GEMM curve with
+    points [sequence length, fraction of the 16-bit peak] (specs/chip.py ATTENTION_KERNELS)."""
+    if d is None:
+        return {}
+    d = check_keys(d, src, "measured.attention_kernels", set(), set(ATTENTION_KERNELS))
+    out = {}
+    for k, v in d.items():
+        kd = check_keys(v, src, f"measured.attention_kernels.{k}", {"fwd", "bwd"}, set())
+        out[k] = (_curve(kd["fwd"], src, f"measured.attention_kernels.{k}.fwd", cites),
+                  _curve(kd["bwd"], src, f"measured.attention_kernels.{k}.bwd", cites))
+    return out
 
 
 _CURVE_REQ = {"op", "n", "points", "sources"}
@@ -157,10 +171,11 @@ def chip_from_doc(doc: Any, src: str) -> ChipSpec:
     pcie = check_keys(top.get("pcie") or {}, src, "pcie", set(), {"GBps_per_dir", "gen"})
     meas = check_keys(top["measured"], src, "measured", {"gemm_efficiency"},
                       {"hbm_efficiency", "scaleup_efficiency", "nic_efficiency", "scaleup_latency_us",
-                       "nic_latency_us", "observations", "flash_attention_efficiency", "links"})
+                       "nic_latency_us", "observations", "flash_attention_efficiency", "links", "attention_kernels"})
     curves_d = check_keys(meas["gemm_efficiency"] or {}, src, "measured.gemm_efficiency", set(), set(DTYPES))
     curves = {k: _curve(v, src, f"measured.gemm_efficiency.{k}", cites) for k, v in curves_d.items()}
     links = link_domains_from_doc(meas["links"], src, "measured.links", cites) if "links" in meas else {}
+    kernels = _attention_kernels(meas.get("attention_kernels"), src, cites)
     su_bw = _sourced(su, "GBps_per_dir", src, "scaleup", cites)
     p2p = _sourced(su, "p2p_GBps_per_dir", src, "scaleup", cites, required=False)
     try:
@@ -182,6 +197,7 @@ def chip_from_doc(doc: Any, src: str) -> ChipSpec:
             scaleup_latency_us=_sourced(meas, "scaleup_latency_us", src, "measured", cites, required=False),
             nic_latency_us=_sourced(meas, "nic_latency_us", src, "measured", cites, required=False),
             flash_efficiency=_sourced(meas, "flash_attention_efficiency", src, "measured", cites, required=False),
+            attention_kernels=kernels,
             scaleup_curves=links.get("scaleup"),
             nic_curves=links.get("nic"),
             **_price(top.get("price"), src, cites),

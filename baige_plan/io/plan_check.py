@@ -32,7 +32,9 @@ _EST_OPTIONAL = {"memory_capacity_gib", "max_memory_frac", "memory_margin_gib", 
                  # which parts are measured (--profile, specs/profile.py) and which analytical
                  "sources",
                  # time and money to train --tokens (cost/money.py, issue 12)
-                 "training"}
+                 "training",
+                 # SPEC §3: the range the step time is expected in (cost/bands.py, io/bands.py)
+                 "step_time_band_s"}
 _BREAKDOWN = {"compute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "pp_bubble", "dp_comm_exposed", "optimizer"}
 _MEMORY = {"weights", "grads", "optimizer", "activations", "other"}
 _SEARCH = {"candidates", "feasible", "seconds", "solver", "status", "gap", "evaluated", "max_memory_frac",

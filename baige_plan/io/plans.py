@@ -29,6 +29,7 @@ import yaml
 from baige_plan import __version__, runtimes
 from baige_plan.cost.estimate import Estimate, estimate
 from baige_plan.errors import InputError, SpecError
+from baige_plan.io.bands import band_for
 from baige_plan.io.models import model_from_dict, model_to_dict
 from baige_plan.io.serialize import Flow, estimate_dict, rnd, strategy_dict, to_yaml
 from baige_plan.io.topologies import SCHEMA as TOPOLOGY_SCHEMA
@@ -132,17 +133,20 @@ def plan_doc(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, e: Estimate, 
                    "sha256": {"model": _sha(mdoc), "cluster": _sha(cdoc), "job": _sha(jdoc)}},
         "strategy": Flow(strategy_dict(s, e.global_batch)),
         "pipelines": pipelines_doc(e, g.name),
-        "estimate": estimate_dict(e),
+        "estimate": estimate_dict(e, band_for(e.step_time_s, model, job, s)),
         "placement": place,
         "search": search_doc(result, file=True, runners_up=runners_up, max_memory_frac=max_memory_frac),
     }
 
 
-def plans_doc(result, group: str, max_memory_frac: float) -> dict:
-    """`plan --format json|yaml` stdout: {"schema", "plans": [estimate + pipelines, ...], "search"}."""
+def plans_doc(result, group: str, max_memory_frac: float, model: ModelSpec | None = None,
+              job: JobSpec | None = None) -> dict:
+    """`plan --format json|yaml` stdout: {"schema", "plans": [estimate + pipelines, ...], "search"}; with the
+    model and job, every estimate carries its step_time_band_s."""
     plans = []
     for e in result.plans:
-        d = estimate_dict(e)
+        band = band_for(e.step_time_s, model, job, e.strategy) if model is not None and job is not None else None
+        d = estimate_dict(e, band)
         d["pipelines"] = pipelines_doc(e, group)
         plans.append(d)
     return {"schema": PLANS_SCHEMA, "plans": plans,
@@ -235,14 +239,14 @@ def plan_inputs(doc: dict, src: str) -> tuple[ModelSpec, ClusterSpec, JobSpec]:
 _STRAT_KEYS = {"tp", "pp", "dp", "cp", "ep", "zero", "micro_batch", "global_batch", "vpp", "recompute",
                "sequence_parallel"}
 _STRAT_OPT = {"etp", "attention", "first_stage_layers", "last_stage_layers", "execution", "runtime",
-              "account_for_embedding", "account_for_loss", "grad_reduce_bf16"}
+              "account_for_embedding", "account_for_loss", "grad_reduce_bf16", "attention_kernel"}
 _KNOBS = {"micro_batch", "cp", "ep", "etp", "zero", "vpp", "recompute", "sequence_parallel"}
 
 
 # the type of each strategy value in a plan file (the values themselves: StrategySpec's rules)
 _INT_FIELDS = ("tp", "pp", "dp", "cp", "ep", "etp", "zero", "micro_batch", "global_batch", "vpp")
 _OPT_INT_FIELDS = ("first_stage_layers", "last_stage_layers")
-_STR_FIELDS = ("recompute", "attention", "execution", "runtime")
+_STR_FIELDS = ("recompute", "attention", "execution", "runtime", "attention_kernel")
 _BOOL_FIELDS = ("sequence_parallel", "account_for_embedding", "account_for_loss", "grad_reduce_bf16")
 _SHAPE_INT = ("micro_batch", "cp", "ep", "etp", "zero", "vpp")
 
@@ -457,5 +461,6 @@ def evaluate_plan_file(path: str | Path) -> tuple[dict, bool]:
         from baige_plan.io.hetero_plans import hetero_estimate_dict
         from baige_plan.search.hetero import standalone_throughputs
         frac = float((doc.get("search") or {}).get("max_memory_frac", 1.0))
-        return hetero_estimate_dict(e, pspec, standalone_throughputs(model, cluster, job, frac)), e.fits
-    return estimate_dict(e), e.fits
+        return hetero_estimate_dict(e, pspec, standalone_throughputs(model, cluster, job, frac),
+                                    band=band_for(e.step_time_s, model, job, e.strategy)), e.fits
+    return estimate_dict(e, band_for(e.step_time_s, model, job, e.strategy)), e.fits

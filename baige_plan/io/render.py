@@ -13,7 +13,9 @@ def _fmt_s(x: float) -> str:
     return f"{x:.3g} s" if x >= 0.01 or x == 0 else f"{x * 1e3:.3g} ms"
 
 
-def estimate_tables(e: Estimate, title: str) -> list[Table]:
+def estimate_tables(e: Estimate, title: str, band: tuple[float, float] | None = None,
+                    band_class: str = "") -> list[Table]:
+    """`band`: the estimate's step_time_band_s, from the held-out residuals of `band_class` (io/bands.py)."""
     s = e.strategy
     head = Table(title=title, show_header=False, title_justify="left")
     head.add_column("k", style="bold")
@@ -26,6 +28,8 @@ def estimate_tables(e: Estimate, title: str) -> list[Table]:
         head.add_row("pipeline split", split)
     head.add_row("fits", Text("yes", style="green") if e.fits else Text("NO", style="red"))
     head.add_row("step time", _fmt_s(e.step_time_s))
+    if band is not None:
+        head.add_row("step time band", f"{_fmt_s(band[0])} to {_fmt_s(band[1])} (q10-q90 of held-out {band_class} runs)")
     head.add_row("throughput", f"{e.tokens_per_s:,.0f} tokens/s ({e.tokens_per_s_per_device:,.1f} per device)")
     head.add_row("MFU / HFU", f"{e.mfu:.1%} / {e.hfu:.1%}  ({e.model_tflops_per_device:.1f} model TFLOP/s per device)")
     head.add_row("peak memory", f"{e.peak_memory_gib:.1f} GiB of {e.capacity_gib:.1f} GiB")

@@ -65,6 +65,14 @@ def _recompute(text: Any) -> str:
     if t.startswith("full"):
         return "full"
     if t.startswith("selective"):
+        # torchtitan's 2024 per-layer selective AC (selective_ac_option = N: every N-th block fully checkpointed)
+        # is not the op-level SAC "selective" costs on torchtitan; N = 1 is every block, i.e. full
+        per_layer = re.search(r"selective_ac_option\W{0,3}(\d+)", t)
+        if per_layer:
+            if int(per_layer.group(1)) == 1:
+                return "full"
+            raise ValueError(f"cannot read recompute {text!r}: per-layer selective AC (every "
+                             f"{per_layer.group(1)}-th layer checkpointed) is not modelled (op-level SAC is)")
         return "selective"
     if t.startswith("none") or t in ("false", "off", "no"):
         return "none"
@@ -84,8 +92,18 @@ def _zero(par: dict) -> int:
     for stage in (3, 2, 1):
         if f"zero-{stage}" in t or f"zero{stage}" in t or f"stage {stage}" in t:
             return stage
+    # Megatron-FSDP names its stage by --data-parallel-sharding-strategy (megatron-core training/arguments.py):
+    # optim_grads_params (the default) = ZeRO-3, optim_grads = ZeRO-2
+    if "optim_grads_params" in t:
+        return 3
+    if "optim_grads" in t:
+        return 2
     if "fsdp" in t or "full_shard" in t:
         return 3
+    fw = str(par.get("framework") or "").lower()
+    if (not par.get("zero_or_sharding") or "not stated" in t) and any(
+            k in fw for k in ("megatron-fsdp", "megatron fsdp", "use-megatron-fsdp", "use-torch-fsdp2")):
+        return 3     # Megatron-FSDP / torch FSDP2 in Megatron named by the framework: full sharding by default
     if _megatron_recipe(par) and "not stated" in t:
         # unstated distributed optimizer in a NeMo / Megatron-Bridge run: every Megatron-Bridge recipe builds its
         # optimizer with use_distributed_optimizer=True (NVIDIA-NeMo/Megatron-Bridge@067f987d
@@ -127,6 +145,13 @@ def runtime_of(framework, sharding) -> str:
         return "torchtitan"
     if "paddle" in t:
         return "paddle"
+    if any(k in t for k in ("llm foundry", "llm-foundry", "llmfoundry", "fms-fsdp", "fms_fsdp")):
+        # PyTorch FSDP training loops (LLM Foundry / Composer, IBM fms-fsdp) are costed as torchtitan runs
+        # FSDP (benchmarks/corpus/README.md: "PyTorch FSDP1/2 loops: torchtitan")
+        return "torchtitan"
+    if any(k in t for k in ("megatron-fsdp", "megatron fsdp", "use-megatron-fsdp", "use-torch-fsdp2",
+                            "fsdp2 in megatron")):
+        return "megatron"    # Megatron-core's own FSDP paths, before the plain-PyTorch rule below
     if t.strip().startswith("pytorch") or "harness" in t:
         return "pytorch"
     # Megatron-LM, NeMo, Megatron-Bridge; other in-house stacks are costed as Megatron (stated per row)
@@ -261,7 +286,7 @@ def _case(row: dict, rid: str, md: dict, hw: dict, par: dict, notes: list[str], 
                                 sequence_parallel=bool(sp) if sp is not None else False,
                                 attention=attention, first_stage_layers=first, last_stage_layers=last,
                                 execution=execution, zero3_impl=zero3_impl, tp_comm_overlap=tp_overlap,
-                                runtime=runtime)
+                                runtime=runtime, attention_kernel=str(par.get("attention_kernel") or ""))
         job = JobSpec(global_batch=par_int("global_batch_seqs", None),
                       seq_len=_int_of(md, "seq_len", 2048, src, f"rows[{rid}].model"),
                       precision=_precision(par.get("precision")))

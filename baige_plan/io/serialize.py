@@ -41,6 +41,8 @@ def strategy_dict(s: StrategySpec, global_batch: int) -> dict:
          "sequence_parallel": bool(s.sequence_parallel), "etp": s.etp, "attention": s.attention, "runtime": s.runtime}
     if s.execution != "fused":
         d["execution"] = s.execution
+    if s.attention_kernel:        # a kernel other than the runtime's (specs/runtime.py attention_kernel)
+        d["attention_kernel"] = s.attention_kernel
     if s.first_stage_layers is not None:
         d["first_stage_layers"] = s.first_stage_layers
     if s.last_stage_layers is not None:
@@ -54,7 +56,8 @@ def strategy_dict(s: StrategySpec, global_batch: int) -> dict:
     return d
 
 
-def estimate_dict(e: Estimate) -> dict:
+def estimate_dict(e: Estimate, band: tuple[float, float] | None = None) -> dict:
+    """The SPEC §3 estimate; `band`: its step_time_band_s (io/bands.py band_for), written after memory_gib."""
     d = {
         "schema": ESTIMATE_SCHEMA,
         "strategy": strategy_dict(e.strategy, e.global_batch),
@@ -68,6 +71,7 @@ def estimate_dict(e: Estimate) -> dict:
         "peak_memory_gib": e.peak_memory_gib,
         "breakdown_s": dict(e.breakdown_s),
         "memory_gib": dict(e.memory_gib),
+        **({"step_time_band_s": list(band)} if band is not None else {}),   # after the SPEC §3 keys, in order
         "memory_capacity_gib": e.capacity_gib,
         "max_memory_frac": e.memory_frac,          # the fraction of device memory `fits` allows
         "memory_margin_gib": e.memory_margin_gib,  # capacity x max_memory_frac - peak (negative: over)

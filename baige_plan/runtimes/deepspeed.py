@@ -142,6 +142,7 @@ RUNTIME = RuntimeSpec(
     zero3_gather=lambda pp: "micro_batch",
     grad_sync=_grad_sync,
     memory=MEMORY,
+    attention_kernel="fa2",            # Megatron-DeepSpeed: the flash-attn 2 package (--use-flash-attn-v2)
     extra_refusal=_refusal,
     notes=("deepspeed/runtime/engine.py DeepSpeedEngine.allreduce_gradients: ZeRO-2/3 reduce every micro-batch "
            "(partition_gradients), ZeRO-0/1 only at the accumulation boundary",

@@ -16,12 +16,41 @@ pretrain_cfg_container_from_args, which tests/integration/check_megatron.py runs
 Space, verified against megatron-core 0.19.2 (paths inside the wheel):
 - ZeRO 0 (DDP, fp32 main-grad buffer: core/distributed/distributed_data_parallel.py) and 1
   (--use-distributed-optimizer: core/optimizer/distrib_optimizer.py shards optimizer state and
-  reduce-scatters the full-size grad buffer, so gradients are not sharded: no ZeRO-2). Both run with
-  pp > 1. ZeRO-2/3 exist only as the separate Megatron-FSDP / torch-FSDP2 paths
-  (--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads[_params], --use-torch-fsdp2;
-  training/arguments.py validate_args: FSDP2 refuses pp > 1 and ep > 1, Megatron-FSDP wants
-  CUDA_DEVICE_MAX_CONNECTIONS != 1 and --ckpt-format fsdp_dtensor), whose execution the cost model
-  does not follow: not planned, and exported as ZeRO-1 with a caveat.
+  reduce-scatters the full-size grad buffer, so gradients are not sharded). Both run with pp > 1.
+- ZeRO 3 = Megatron-FSDP (--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params, the
+  parser's default strategy: training/arguments.py:3023), pp == 1. Read in the 0.19.2 wheel:
+  * validate_args (training/arguments.py:1100-1165): forces --use-distributed-optimizer, Adam/SGD only,
+    asserts CUDA_DEVICE_MAX_CONNECTIONS != "1" (:1143; launch.sh unsets it) and --ckpt-format
+    fsdp_dtensor (:1146); TP and CP only warn (:1413-1425, they prefer CUDA_DEVICE_MAX_CONNECTIONS=1);
+    EP is supported (expert data-parallel group); no rule on pp, but Megatron's Megatron-FSDP examples
+    and docs run pp = 1 (examples/megatron_fsdp at core_v0.19.0) and the per-micro-batch costing below is
+    read for that loop only: not planned with pp > 1.
+  * units: every TransformerLayer / MoETransformerLayer (core/distributed/fsdp/mcore_fsdp_adapter.py:162);
+    the embedding and output layer are not units (kept unsharded in 16 bits; the memory model counts them
+    as one gathered unit, as for FSDP2).
+  * parameters: all-gathered per unit before its forward, prefetching the next unit, resharded after it,
+    and gathered again before its backward (megatron_fsdp.py _pre_forward_param_unshard :780,
+    _pre_backward_param_unshard :897): per micro-batch, forward and backward (zero3_gather "micro_batch";
+    at most two units' parameters and gradients unsharded at a time: docs/user-guide/features/
+    megatron_fsdp.md "FSDP Unit Modules").
+  * gradients: reduce-scattered after every micro-batch's backward, per unit, overlapped with it
+    (megatron_fsdp.py:755 and :862 grad_reduce_every_bprop for optim_grads[_params]; :330-333 force
+    overlap_param_gather and overlap_grad_reduce on), not once per step: no_sync (:1150) only defers the
+    no_shard/optim strategies.
+  * bytes: parameters in the model dtype (16-bit) sharded over dp x cp, fp32 main parameters
+    (--megatron-fsdp-main-params-dtype fp32), main gradients in the parameter dtype
+    (--megatron-fsdp-main-grads-dtype auto -> None -> param dtype: param_and_grad_buffer.py:2306
+    _resolve_group_grad_dtype; --grad-reduce-in-bf16 does not reach it, training/training.py:2000) and
+    reduce-scattered in that dtype (grad_comm_dtype None -> main grads dtype): MEMORY grad_bytes_zero3 and
+    zero3_reduce_bytes 2, DP traffic in 16 bits (cost/estimate.py dp_traffic, ZeRO-3 branch).
+- Not planned: ZeRO-2 (Megatron-FSDP optim_grads: 16-bit parameters kept whole, gradients
+  reduce-scattered in the parameter dtype every micro-batch). The DP traffic model reads one gradient
+  dtype per runtime below ZeRO-3 (RuntimeSpec.grad_bytes: Megatron's fp32 main grads), so it would cost
+  that reduction at twice its bytes; exported as ZeRO-1 with a caveat. torch FSDP2 (--use-torch-fsdp2,
+  fully_shard per TransformerLayer, resharded after forward, reduce-scatter every micro-batch:
+  core/distributed/torch_fully_sharded_data_parallel.py) is the same ZeRO-3 execution but refuses pp,
+  ep, the distributed optimizer, gradient-accumulation fusion, tied embeddings and fp16 (arguments.py
+  :997-1015); runs that used it are costed as zero 3, the export writes Megatron-FSDP.
 - interleaved 1F1B (--num-virtual-stages-per-pipeline-rank): validate_args needs pp > 1 with p2p
   overlap (on by default), pp > 2 with --no-overlap-p2p-communication; core/pipeline_parallel/schedules.py
   forward_backward_pipelining_with_interleaving needs the micro-batch group (default
@@ -52,7 +81,8 @@ Space, verified against megatron-core 0.19.2 (paths inside the wheel):
   forward (core/transformer/moe/moe_layer.py) raises in training when tp > 1 without SP. Added as
   `extra_refusal` (the space let MoE plans with tp > 1 and SP off through).
 - CUDA_DEVICE_MAX_CONNECTIONS=1 is asserted by validate_args when tp > 1 or cp > 1 before Blackwell
-  (training/utils/common_utils.py get_device_arch_version() < 10); launch.sh exports it.
+  (training/utils/common_utils.py get_device_arch_version() < 10); launch.sh exports it, except for
+  Megatron-FSDP (ZeRO-3), which asserts the opposite and only warns with TP/CP: launch.sh unsets it.
 - recompute none / selective (--recompute-granularity selective: recompute_modules ["core_attn"],
   the attention core, as the cost model assumes) / full (--recompute-granularity full
   --recompute-method uniform --recompute-num-layers 1: every layer; transformer_config.py requires
@@ -99,7 +129,7 @@ def _refusal(s, model, job) -> str | None:
 
 
 # What Megatron-core allocates (cost/memory.py state_bytes; docs/COST_MODEL.md "Memory model"), read at
-# NVIDIA/Megatron-LM main (d98e8a64, 2026):
+# NVIDIA/Megatron-LM main (d98e8a64, 2026), Megatron-FSDP in the megatron-core 0.19.2 wheel:
 MEMORY = MemorySemantics(
     master="separate",     # 16-bit params + fp32 main params in the optimizer (optimizer/optimizer.py
                            # Float16OptimizerWithFloat16Params; distrib_optimizer.py shards them)
@@ -108,6 +138,9 @@ MEMORY = MemorySemantics(
                            # validate_args turns accumulate_allreduce_grads_in_fp32 on for --bf16 (fp8 runs --bf16)
     grad_bytes_fp16=2,     # ... and leaves it off for --fp16: fp16 grad buffer
     step_grad_bytes=4,     # 16-bit buffer: the step's fp32 main grads (_copy_model_grads_to_main_grads .float())
+    grad_bytes_zero3=2,    # Megatron-FSDP main grads in the parameter dtype (param_and_grad_buffer.py
+                           # _resolve_group_grad_dtype with megatron_fsdp_main_grads_dtype None), sharded
+    zero3_reduce_bytes=2,  # ... reduce-scattered in that dtype (MixedPrecisionPolicy grad_comm_dtype None)
     selective="core_attention",   # --recompute-granularity selective: recompute_modules ["core_attn"]
     fp8_gemm_inputs=True,  # fp8 through TE: transformer_engine/pytorch/module/linear.py saves the quantized input
     fp8_weight_cache_bytes=2,   # TE caches the fp8 weight + its transpose while is_first_microbatch is passed
@@ -128,7 +161,7 @@ RUNTIME = RuntimeSpec(
     title="Megatron-LM / Megatron-core (NeMo, Megatron-Bridge)",
     package="megatron-core",
     version=VERSION,
-    zero_stages=(0, 1),
+    zero_stages=(0, 1, 3),             # 3: Megatron-FSDP optim_grads_params (module docstring)
     zero_stages_with_pp=(0, 1),
     interleaved=True,
     context_parallel=True,
@@ -155,7 +188,9 @@ RUNTIME = RuntimeSpec(
            "megatron/core/optimizer/distrib_optimizer.py: reduce-scatter grads, all-gather params",
            "megatron/training/arguments.py validate_args: the parser's rules (megatron-core 0.19.2)",
            "megatron/core/transformer/transformer_config.py: uneven PP and recompute rules",
-           "megatron/core/transformer/moe/moe_layer.py MoELayer.forward: MoE with tp > 1 needs SP"),
+           "megatron/core/transformer/moe/moe_layer.py MoELayer.forward: MoE with tp > 1 needs SP",
+           "megatron/core/distributed/fsdp/src/megatron_fsdp/megatron_fsdp.py: ZeRO-3 gathers per unit per "
+           "micro-batch (forward, backward), reduce-scatters every micro-batch"),
     extra_refusal=_refusal,
 )
 
@@ -296,12 +331,18 @@ def megatron_args(doc: dict) -> tuple[list[tuple[str, object]], list[str], list[
                                                      bool(s.get("account_for_loss"))))
     a += split
     caveats += split_caveats
-    if zero >= 2:
-        caveats.append(f"zero={zero}: megatron-core {VERSION} shards gradients/parameters only through Megatron-FSDP "
-                       "or torch FSDP2, whose execution this plan was not costed for; exported as ZeRO-1 "
-                       "(--use-distributed-optimizer), which holds full gradients and parameters per rank: more "
-                       "memory than planned")
-    overlap = s.get("overlap_grad_reduce", True)
+    if zero >= 3:
+        a += _fsdp_args()
+        if pp > 1:
+            caveats.append(f"zero=3 with pp={pp}: Megatron-FSDP's parser takes it, but its per-micro-batch gathers were "
+                           "read (and are costed) for pp=1 only; Megatron's FSDP examples run pp=1")
+    elif zero == 2:
+        caveats.append(f"zero=2: megatron-core {VERSION} shards gradients without parameters only through "
+                       "Megatron-FSDP optim_grads, which the planner does not cost (runtimes/megatron.py); exported "
+                       "as ZeRO-1 (--use-distributed-optimizer), which holds full gradients per rank: more memory "
+                       "than planned")
+    # Megatron-FSDP overlaps its gathers and reduce-scatters whatever the flags (megatron_fsdp.py:330-333)
+    overlap = s.get("overlap_grad_reduce", True) or zero >= 3
     if zero >= 1:
         a.append(("--use-distributed-optimizer", None))
     if overlap:   # validate_args: --overlap-param-gather needs the distributed optimizer and --overlap-grad-reduce
@@ -342,9 +383,20 @@ def megatron_args(doc: dict) -> tuple[list[tuple[str, object]], list[str], list[
     return a, caveats, notes
 
 
+def _fsdp_args() -> list[tuple[str, object]]:
+    """ZeRO-3 as Megatron-FSDP (module docstring): its full-sharding strategy, the checkpoint format
+    validate_args requires with it, and sharded initialisation (--init-model-with-meta-device: the model is
+    built on the meta device and materialised per unit shard, so no rank ever holds all of its 16-bit
+    parameters, which ZeRO-3 plans do not fit)."""
+    return [("--use-megatron-fsdp", None), ("--data-parallel-sharding-strategy", "optim_grads_params"),
+            ("--ckpt-format", "fsdp_dtensor"), ("--init-model-with-meta-device", None)]
+
+
 def _env(s: dict) -> dict[str, str]:
     env = {}
-    if s["tp"] > 1 or s.get("cp", 1) > 1:
+    # Megatron-FSDP asserts the opposite (validate_args: CUDA_DEVICE_MAX_CONNECTIONS != 1) and only warns with
+    # TP/CP; launch.sh unsets it for ZeRO-3 plans (_launch_sh)
+    if (s["tp"] > 1 or s.get("cp", 1) > 1) and s.get("zero", 0) < 3:
         env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
     return env
 
@@ -373,6 +425,9 @@ def _launch_sh(i: dict, env: dict[str, str]) -> str:
     if env:
         lines.append("# tp > 1 or cp > 1: megatron/training/arguments.py validate_args asserts this before Blackwell")
     lines += [f"export {k}={v}" for k, v in env.items()]
+    if i["s"].get("zero", 0) >= 3:
+        lines += ["# Megatron-FSDP (zero 3): validate_args asserts CUDA_DEVICE_MAX_CONNECTIONS != 1",
+                  "unset CUDA_DEVICE_MAX_CONNECTIONS"]
     lines += ['ARGS_FILE="${MEGATRON_ARGS:-$HERE/megatron_args.txt}"',
               "# one argument per line, shell-quoted; lines starting with # are comments",
               'eval "ARGS=($(grep -v \'^[[:space:]]*#\' "$ARGS_FILE"))"',

@@ -141,6 +141,7 @@ RUNTIME = RuntimeSpec(
     zero3_gather=lambda pp: "micro_batch",
     grad_sync=_grad_sync,
     memory=MEMORY,
+    attention_kernel="fa2",            # PaddleNLP/PaddleFormers: FlashAttention-2 (paddle flash_attn, use_flash_attention)
     notes=(f"paddleformers 1.2.0 on paddlepaddle {PADDLE_VERSION}",
            "paddleformers/trainer/training_args.py:TrainingArguments.__post_init__: sharding stage2/3 refused "
            "with pipeline parallel; _post_init_parallel_degree: ep needs data_parallel_size 1, etp 1",

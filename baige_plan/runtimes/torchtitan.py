@@ -36,8 +36,18 @@ Space:
   the host, so it also needs `training.disable_cuda_graphs`.
 - precision: `training.mixed_precision_param` bfloat16 | float32 (no fp16, no loss scaling); fp8 is a
   model converter (components/quantization/float8.py Float8LinearConverter, needs torchao and SM89+).
-- recompute: FullAC ("full") and none. Its "selective" (SelectiveAC) is op-level SAC that recomputes
-  every second matmul, not the core-attention recompute the planner costs as "selective".
+- recompute: none, FullAC ("full") and SelectiveAC ("selective"): op-level selective AC (SAC), the only
+  selective AC 0.3.0 has (distributed/activation_checkpoint.py ActivationCheckpointingConfig: subcommands
+  selective | full | memory-budget | none; the per-layer `selective_ac_option = N` of 2024 torchtitan is
+  gone). What it saves and recomputes: `op_sac_recomputed` below; its activation bytes: cost/memory.py
+  op_sac_layer_bytes (MemorySemantics.selective = "op_sac").
+- model: any decoder the planner represents. torchtitan ships llama3 and qwen3 flavors (FLAVORS); a model
+  of another shape is built by a generated config module (`--module baige_torchtitan_config`) that
+  registers the planned dimensions as a flavor of torchtitan's llama3 family (dense) or qwen3 family
+  (MoE: dense prefix, layer frequency and shared experts are per-layer configs there). What those
+  families cannot express is exported as a "model difference" (`model_differences`), not refused: the
+  plan is a PyTorch FSDP2 plan whatever the block, and the differences are chosen so that the plan's
+  parameter count and FLOPs still hold.
 Execution semantics:
 - pp == 1: trainer.py train_step runs forward_backward_step per micro-batch with no no_sync, so FSDP2
   reduces (reduce-scatter; all-reduce over the replicate axis) every micro-batch, overlapped with that
@@ -60,7 +70,7 @@ from __future__ import annotations
 
 import re
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from baige_plan.cost.memory import ALLOCATOR_SLACK, CUDA_CONTEXT_GIB, NCCL_FIRST_GIB, NCCL_GROUP_GIB
@@ -143,6 +153,8 @@ def _shape(model) -> dict:
         d.update(experts=_get(moe, "experts"), top_k=_get(moe, "top_k"), expert_ffn_hidden=_get(moe, "expert_ffn_hidden"),
                  shared_experts=_get(moe, "shared_experts", 0) or 0, layer_freq=_get(moe, "layer_freq", 1) or 1,
                  first_dense_layers=_get(moe, "first_dense_layers", 0) or 0)
+        if d["layer_freq"] > 1 or d["first_dense_layers"] > 0:   # the dense layers' MLP width
+            d["ffn_hidden"] = _get(model, "ffn_hidden")
     else:
         d["ffn_hidden"] = _get(model, "ffn_hidden")
     return d
@@ -152,7 +164,7 @@ def _matches(f: Flavor, d: dict) -> bool:
     same = (d["layers"], d["hidden"], d["heads"], d["kv_heads"], d["head_dim"], d["vocab"], d["tie_embeddings"]) == (
         f.layers, f.hidden, f.heads, f.kv_heads, f.head_dim, f.vocab, f.tie_embeddings) and d["activation"] == "swiglu"
     if f.experts:
-        return same and "experts" in d and (d["experts"], d["top_k"], d["expert_ffn_hidden"], d["shared_experts"],
+        return same and "experts" in d and "ffn_hidden" not in d and (d["experts"], d["top_k"], d["expert_ffn_hidden"], d["shared_experts"],
                                             d["layer_freq"], d["first_dense_layers"]) == (
             f.experts, f.top_k, f.expert_ffn_hidden, 0, 1, 0)
     return same and "experts" not in d and d["ffn_hidden"] == f.ffn_hidden
@@ -176,6 +188,113 @@ def _shape_text(d: dict) -> str:
         return t + f", {d['experts']} experts top-{d['top_k']} of width {d['expert_ffn_hidden']}"
     return t + f", ffn {d['ffn_hidden']}"
 
+
+
+# -- models torchtitan does not ship: what the generated config module builds ----------------------
+SWIGLU_MULTIPLE = 256   # multiple_of of a SwiGLU width standing in for a GELU one (Llama's own default)
+
+
+def swiglu_width(gelu_width: int) -> int:
+    """The SwiGLU hidden width with a GELU MLP's parameters and FLOPs (3 matrices of W against 2 of F:
+    W = 2F/3), by torchtitan's own rule (models/common/feed_forward.py compute_ffn_hidden_dim:
+    int(2 * 4 * dim / 3), rounded up to multiple_of) with multiple_of = SWIGLU_MULTIPLE: MPT-7B's 16384
+    -> 11008, GPT-3's 49152 -> 32768."""
+    w = int(2 * gelu_width / 3)
+    return -(-w // SWIGLU_MULTIPLE) * SWIGLU_MULTIPLE
+
+
+@dataclass(frozen=True)
+class Difference:
+    """A field of the planned model that torchtitan 0.3.0's llama3/qwen3 families build otherwise.
+    `text` is machine-checkable (tests/integration/check_torchtitan.py parses it): the field, the planned
+    and the built value, each one word."""
+
+    field: str
+    planned: object
+    built: object
+    why: str
+
+    @property
+    def text(self) -> str:
+        return f"model difference: {self.field}: planned {self.planned}, built {self.built} ({self.why})"
+
+
+GELU_WHY = ("torchtitan 0.3.0's llama3/qwen3 FeedForward and GroupedExperts are SwiGLU only "
+            "(models/common/feed_forward.py FeedForward.forward, moe.py GroupedExperts); neither are the "
+            "conventions the planner pairs with GELU (LayerNorm, linear biases, learned or ALiBi positions): "
+            "RMSNorm, no biases and RoPE are built; register your own block to train the planned model itself")
+WIDTH_WHY = ("the SwiGLU width with the GELU MLP's parameters and FLOPs (2F/3 rounded up to "
+             f"{SWIGLU_MULTIPLE}, feed_forward.py compute_ffn_hidden_dim's rule), so the plan's memory and step "
+             "time still hold")
+
+
+def model_differences(model) -> tuple[Difference, ...]:
+    """What the generated module builds differently from the planned model. Written into the export, not
+    refused: the plan's parallelism, batch and launch are what a PyTorch FSDP2 run of the planned model
+    needs, and a stand-in of the same parameter count and FLOPs keeps the plan's predictions valid, so
+    the files are more useful than an exit (the integration check builds the stand-in and holds the
+    export to these differences)."""
+    d = _shape(model)
+    out = []
+    if d["activation"] != "swiglu":
+        out.append(Difference("activation", d["activation"], "swiglu", GELU_WHY))
+        if "ffn_hidden" in d:
+            out.append(Difference("ffn_hidden", d["ffn_hidden"], swiglu_width(d["ffn_hidden"]), WIDTH_WHY))
+        if "experts" in d:
+            out.append(Difference("expert_ffn_hidden", d["expert_ffn_hidden"], swiglu_width(d["expert_ffn_hidden"]),
+                                  WIDTH_WHY))
+    drop = float(_get(model, "dropout", 0.0) or 0.0)
+    if drop > 0:
+        out.append(Difference("dropout", drop, 0.0, "torchtitan 0.3.0's models have no dropout: the step "
+                              "skips the masks the plan costed"))
+    return tuple(out)
+
+
+def built_shape(model) -> dict:
+    """The shape the generated module builds: the planned one with `model_differences` applied."""
+    d = dict(_shape(model))
+    for x in model_differences(model):
+        if x.field in d:
+            d[x.field] = x.built
+    return d
+
+
+def op_sac_recomputed(gemms: list, activation: str) -> list:
+    """The weight GEMMs of one layer's forward that torchtitan's op-level selective AC runs again in the
+    backward (`gemms`: cost/flops.py linear_gemms of the layer, in forward order; returned as Gemm
+    pieces, a SwiGLU up-projection split into its w1 and w3 halves).
+
+    Derivation (torchtitan 0.3.0 distributed/activation_checkpoint.py SelectiveAC._wrap_block; torch
+    2.14 torch/_functorch/partitioners.py get_default_op_list): each transformer block runs under
+    torch.utils.checkpoint with a policy that sees every aten op of the block's forward:
+      - aten.mm / aten.linear are counted in forward order (meta["forward_mm_count"], restarting with each
+        block); one whose count is even is PREFER_RECOMPUTE, an odd one MUST_SAVE (mm is in the save set:
+        compute_intensive_ops);
+      - an mm whose weight shape matches force_recompute_mm_shapes_by_fqns (default ["moe.router.gate"])
+        is recomputed and not counted: the MoE router GEMM;
+      - torch._grouped_mm (routed experts, models/common/moe.py GroupedExperts) is not in the save set:
+        recomputed, and not counted;
+      - saved besides: flex_attention / SDPA outputs (the attention core is not recomputed), aten.max,
+        topk, reduce_scatter_tensor and all_to_all_single; everything else is recomputed: norms, the
+        activation function, residual adds, RoPE, casts, token permutations, and the TP all-gathers
+        (all-reduces without SP) and CP K/V all-gathers (not in the save set).
+    A block's forward mm order in 0.3.0 (llama3/qwen3 build fuse_qkv=True): wqkv 1, wo 2, then a dense
+    SwiGLU FFN w1 3, w3 4, w2 5 (feed_forward.py: w2(silu(w1(x)) * w3(x))) or an MoE layer's shared
+    experts w1 3, w3 4, w2 5 after its routed experts (moe.py MoE.forward). So a dense SwiGLU layer
+    recomputes wo and w3 -- h·q + h·f of its h·(q+2kv) + h·q + 3·h·f weight FLOPs per token (Llama 3 8B:
+    18432 of 53248, 35 %); a GELU MLP (up 3, down 4) recomputes wo and its down-projection; an MoE layer
+    recomputes wo, the router, every routed-expert GEMM and its shared experts' w3. fp8 (torchao
+    Float8Linear) linears still dispatch aten.mm under the policy and follow the same count."""
+    forced, counted = [], []
+    for g in gemms:
+        if g.name == "router" or g.name.startswith("expert_"):
+            forced.append(g)
+        elif g.name in ("mlp_up", "shared_up") and activation == "swiglu":
+            half = replace(g, n=g.n / 2)
+            counted += [replace(half, name=g.name + "_w1"), replace(half, name=g.name + "_w3")]
+        else:
+            counted.append(g)
+    return forced + counted[1::2]
 
 def _grad_sync(zero: int, pp: int) -> GradSync:
     # pp == 1: reduced every micro-batch inside its backward; pp > 1: once per step, after the stage's
@@ -216,9 +335,8 @@ def _refusal(s, model, job) -> str | None:
         div = (s.tp if s.sequence_parallel else 1) * (2 * s.cp if s.cp > 1 else 1)
         if job.seq_len % div:
             return f"torchtitan needs seq_len ({job.seq_len}) divisible by tp(SP) x 2cp = {div}"
-    if model is not None and flavor_for(model) is None:
-        return (f"torchtitan {VERSION} has no model of this shape ({_shape_text(_shape(model))}): it runs llama3 "
-                "8B/70B/405B and qwen3 dense/MoE flavors; register the model in torchtitan to plan for it")
+    # any decoder shape runs: a model torchtitan does not ship is built by the exported config module
+    # (model_differences says what its llama3/qwen3 families build otherwise)
     return None
 
 
@@ -255,7 +373,7 @@ RUNTIME = RuntimeSpec(
     expert_tensor_parallel=True,        # only as etp == tp with ep == 1 (see _refusal)
     uneven_split=True,
     sequence_parallel="optional",
-    recompute=("none", "full"),
+    recompute=("none", "selective", "full"),   # selective = op-level SAC (op_sac_recomputed, memory "op_sac")
     precisions=("bf16", "fp8", "fp32"),
     heterogeneous=False,
     schedules=("1F1B", "Interleaved1F1B"),
@@ -265,13 +383,18 @@ RUNTIME = RuntimeSpec(
     grad_sync=_grad_sync,
     memory=MEMORY,
     cp_comm="allgather",               # FlexAttention CP: K/V all-gathered (module docstring, "CP")
+    # PyTorch SDPA's flash backend (FlashAttention-2) in the torch releases published torchtitan / FSDP runs used
+    # (cuDNN was opt-in from 2.5: pytorch#138522, preferred again only with cuDNN > 9.15, torch 2.11); 0.3.0's
+    # FlexAttention is FA2-class (PyTorch's FlexAttention post: ~90% of FA2 forward, ~85% backward)
+    attention_kernel="fa2",
     extra_refusal=_refusal,
     notes=("torch/distributed/pipelining/stage.py backward_maybe_with_nosync, perform_reduce_grad",
            "torchtitan/trainer.py Trainer.train_step: backward per micro-batch without no_sync",
            "torchtitan/distributed/fsdp.py get_fsdp_reshard_after_forward_policy: default = not pp_enabled",
            "torchtitan/models/llama3/parallelize.py parallelize_llama: FSDP2 always (no DDP wrapper)",
            "torchtitan/distributed/full_dtensor.py resolve_fsdp_mesh: parameters sharded over dp_shard x cp",
-           "torchtitan/config/configs.py ParallelismConfig: efsdp = dp_shard*cp*tp/ep, no ETP degree"),
+           "torchtitan/config/configs.py ParallelismConfig: efsdp = dp_shard*cp*tp/ep, no ETP degree",
+           "torchtitan/distributed/activation_checkpoint.py SelectiveAC: op-level SAC (op_sac_recomputed)"),
 )
 
 
@@ -315,6 +438,174 @@ def _config_module(f: Flavor, fp8: bool, title: str) -> str:
                       f"    config.hf_assets_path = \"{f.hf_assets}\"", "    return config", ""])
 
 
+
+# What the generated module builds for a model of another shape: torchtitan's own family code, with the
+# planned dimensions. RoPE is each family's (the plan does not record positions); its table covers at
+# least the job's seq_len (Decoder.Config.update_from_config checks seq_len against it).
+FAMILY_BASE = {"llama3": "llama3_8b", "qwen3": "qwen3_30b_a3b"}   # config_registry function to start from
+ROPE = {"llama3": ('ComplexRoPE.Config(dim={hd}, max_seq_len={n}, theta=500000, scaling="llama")', 131072),
+        "qwen3": ("CosSinRoPE.Config(dim={hd}, max_seq_len={n}, theta=1000000.0)", 40960)}
+
+
+def planned_flavor(model) -> str:
+    """The model_registry key the generated module registers the planned model under."""
+    return "baige_" + (re.sub(r"[^0-9A-Za-z]+", "_", str(_get(model, "name", "model"))).strip("_").lower() or "model")
+
+
+def _family(d: dict) -> str:
+    # MoE needs qwen3's MoE sharding (models/qwen3/sharding.py); llama3 builds dense blocks without qk-norm
+    return "qwen3" if "experts" in d else "llama3"
+
+
+def _llama3_builder(d: dict, rope: str) -> list[str]:
+    hd = None if d["hidden"] % d["heads"] == 0 and d["head_dim"] == d["hidden"] // d["heads"] else d["head_dim"]
+    emb = "_EMBEDDING_SKIP_INIT" if d["tie_embeddings"] else "_EMBEDDING_INIT"   # as llama3 1B/3B (tied) do
+    return [
+        "def _planned(attn_backend: str = \"flex\", tp_gemm_backend: str = \"default\") -> Llama3Model.Config:",
+        "    \"\"\"torchtitan/models/llama3/__init__.py _8b() with the planned dimensions.\"\"\"",
+        f"    dim, vocab_size, n_layers = {d['hidden']}, {d['vocab']}, {d['layers']}",
+        f"    rope = {rope}",
+        "    layers = [",
+        "        Llama3TransformerBlock.Config(",
+        "            attention_norm=RMSNorm.Config(normalized_shape=dim, param_init=_NORM_INIT),",
+        "            ffn_norm=RMSNorm.Config(normalized_shape=dim, param_init=_NORM_INIT),",
+        "            attention=make_gqa_config(",
+        f"                dim=dim, n_heads={d['heads']}, n_kv_heads={d['kv_heads']}, head_dim={hd},",
+        "                wqkv_param_init=_LINEAR_INIT, wo_param_init=_depth_init(layer_id),",
+        "                inner_attention=get_attention_config(attn_backend), fuse_qkv=True, rope=rope,",
+        "                tp_gemm_backend=tp_gemm_backend),",
+        "            feed_forward=make_ffn_config(",
+        f"                dim=dim, hidden_dim={d['ffn_hidden']}, w1_param_init=_LINEAR_INIT,",
+        "                w2w3_param_init=_depth_init(layer_id), tp_gemm_backend=tp_gemm_backend),",
+        "        )",
+        "        for layer_id in range(n_layers)",
+        "    ]",
+        "    return Llama3Model.Config(",
+        f"        dim=dim, vocab_size=vocab_size, enable_weight_tying={d['tie_embeddings']},",
+        f"        tok_embeddings=Embedding.Config(num_embeddings=vocab_size, embedding_dim=dim, param_init={emb}),",
+        "        norm=RMSNorm.Config(normalized_shape=dim, param_init=_NORM_INIT),",
+        "        lm_head=Linear.Config(in_features=dim, out_features=vocab_size, param_init=_output_linear_init(dim)),",
+        "        layers=layers,",
+        "    )"]
+
+
+def _qwen3_builder(d: dict, rope: str) -> list[str]:
+    e, k, ef = d["experts"], d["top_k"], d["expert_ffn_hidden"]
+    first, freq = d["first_dense_layers"], d["layer_freq"]
+    shared = (f"make_ffn_config(dim=dim, hidden_dim={d['shared_experts'] * ef}, w1_param_init=_LINEAR_INIT, "
+              "w2w3_param_init=output_init)") if d["shared_experts"] else "None"
+    emb = "_EMBEDDING_SKIP_INIT" if d["tie_embeddings"] else "_EMBEDDING_INIT"
+    dense = [
+        "        if not (layer_id >= FIRST_DENSE_LAYERS and (layer_id - FIRST_DENSE_LAYERS) % MOE_LAYER_FREQ == 0):",
+        "            return Qwen3TransformerBlock.Config(",
+        "                attention_norm=_qwen3_norm(dim), ffn_norm=_qwen3_norm(dim), attention=attention,",
+        f"                feed_forward=make_ffn_config(dim=dim, hidden_dim={d.get('ffn_hidden')}, "
+        "w1_param_init=_LINEAR_INIT,",
+        "                                             w2w3_param_init=_LINEAR_INIT))"] if "ffn_hidden" in d else []
+    return [
+        f"FIRST_DENSE_LAYERS, MOE_LAYER_FREQ = {first}, {freq}   # layer i is MoE when i >= first and (i - first) % freq == 0",
+        "",
+        "",
+        "def _planned(attn_backend: str = \"flex\", moe_comm_backend: str = \"standard\") -> Qwen3Model.Config:",
+        "    \"\"\"torchtitan/models/qwen3/__init__.py _build_qwen3_moe_layers with the planned dimensions, dense",
+        "    layers where the plan has them (a block with feed_forward instead of moe).\"\"\"",
+        f"    dim, vocab_size, n_layers, head_dim = {d['hidden']}, {d['vocab']}, {d['layers']}, {d['head_dim']}",
+        f"    rope = {rope}",
+        "    output_init = _residual_output_init(n_layers)",
+        "",
+        "    def block(layer_id: int) -> Qwen3TransformerBlock.Config:",
+        "        attention = make_gqa_config(",
+        f"            dim=dim, n_heads={d['heads']}, n_kv_heads={d['kv_heads']}, head_dim=head_dim,",
+        "            wqkv_param_init=_LINEAR_INIT, wo_param_init=output_init,",
+        "            inner_attention=get_attention_config(attn_backend), fuse_qkv=True, rope=rope,",
+        "            qk_norm=_qwen3_norm(head_dim))",
+        *dense,
+        "        return Qwen3TransformerBlock.Config(",
+        "            attention_norm=_qwen3_norm(dim), ffn_norm=_qwen3_norm(dim), attention=attention,",
+        "            moe=make_moe_config(",
+        f"                num_experts={e},",
+        f"                router=make_router_config(dim=dim, num_experts={e}, gate_param_init=_LINEAR_INIT, top_k={k},",
+        "                                          score_func=\"softmax\", route_norm=True),",
+        "                routed_experts=make_routed_experts_config(",
+        f"                    dim=dim, hidden_dim={ef}, num_experts={e}, top_k={k},",
+        "                    param_init=_moe_experts_init(n_layers), comm_backend=moe_comm_backend),",
+        f"                shared_experts={shared}))",
+        "",
+        "    return Qwen3Model.Config(",
+        f"        vocab_size=vocab_size, dim=dim, norm=_qwen3_norm(dim), enable_weight_tying={d['tie_embeddings']},",
+        f"        tok_embeddings=Embedding.Config(num_embeddings=vocab_size, embedding_dim=dim, param_init={emb}),",
+        "        lm_head=Linear.Config(in_features=dim, out_features=vocab_size, param_init=_LINEAR_INIT),",
+        "        layers=[block(layer_id) for layer_id in range(n_layers)],",
+        "    )"]
+
+
+FAMILY_IMPORTS = {
+    "llama3": ["from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm",
+               "from torchtitan.models.common.config_utils import get_attention_config, make_ffn_config, make_gqa_config",
+               "from torchtitan.models.llama3 import (",
+               "    _EMBEDDING_INIT,", "    _EMBEDDING_SKIP_INIT,", "    _LINEAR_INIT,", "    _NORM_INIT,",
+               "    _depth_init,", "    _output_linear_init,", "    llama3_configs,", "    model_registry,", ")",
+               "from torchtitan.models.llama3.model import Llama3Model, Llama3TransformerBlock"],
+    "qwen3": ["from torchtitan.models.common import CosSinRoPE, Embedding, Linear",
+              "from torchtitan.models.common.config_utils import (",
+              "    get_attention_config,", "    make_ffn_config,", "    make_gqa_config,", "    make_moe_config,",
+              "    make_routed_experts_config,", "    make_router_config,", ")",
+              "from torchtitan.models.qwen3 import (",
+              "    _EMBEDDING_INIT,", "    _EMBEDDING_SKIP_INIT,", "    _LINEAR_INIT,", "    _moe_experts_init,",
+              "    _qwen3_norm,", "    _residual_output_init,", "    model_registry,", "    qwen3_configs,", ")",
+              "from torchtitan.models.qwen3.model import Qwen3Model, Qwen3TransformerBlock"],
+}
+
+
+def _spec_lines(flavor: str, fp8: bool) -> list[str]:
+    """`config.model_spec = model_registry(...)`, with the float8 converter for fp8 plans."""
+    if not fp8:
+        return [f"    config.model_spec = model_registry({flavor})"]
+    return ["    config.model_spec = model_registry(", f"        {flavor},",
+            "        converters=[Float8LinearConverter.Config(filter_fqns=[\"lm_head\"], "
+            "model_compile_enabled=False)],", "    )"]
+
+
+def _planned_module(model, fp8: bool, title: str, seq_len: int) -> str:
+    """A config_registry module that builds the planned model in torchtitan's llama3 (dense) or qwen3 (MoE)
+    family: it registers a flavor with the planned dimensions (family_configs[FLAVOR], which
+    model_registry looks up) and returns the family's Trainer.Config with that model."""
+    d = built_shape(model)
+    fam = _family(d)
+    text, floor = ROPE[fam]
+    rope = text.format(hd=d["head_dim"], n=max(floor, seq_len))
+    builder = _qwen3_builder(d, rope) if fam == "qwen3" else _llama3_builder(d, rope)
+    diffs = model_differences(model)
+    flavor = planned_flavor(model)
+    doc = (f"Generated by baige-plan for torchtitan=={VERSION}: the config_registry function torchtitan.train loads "
+           f"with `--module {CONFIG_MODULE} --config {CONFIG_FUNCTION}` (launch.sh puts this folder on PYTHONPATH). "
+           f"torchtitan ships no model of {_get(model, 'name')}'s shape ({_shape_text(_shape(model))}): this module "
+           f"builds it with torchtitan's own {fam} family code (blocks, inits, sharding, pipelining), registered as "
+           f"flavor {flavor!r}, on {fam}.config_registry.{FAMILY_BASE[fam]}()'s training settings"
+           + (" with the float8 converter" if fp8 else "") + f"; every other setting comes from the flags in "
+           f"{ARGS_FILE}. What the plan does not record is the family's: RMSNorm, no linear biases, "
+           + ("RoPE theta 1e6, q/k RMSNorm and a softmax router with renormalised top-k" if fam == "qwen3" else
+              "RoPE theta 500000 with llama scaling") + ". hf_assets_path is a placeholder: put the model's "
+           "tokenizer there (token ids below vocab_size).")
+    if diffs:
+        doc += " Built otherwise than planned (MODEL_DIFFERENCES; the reasons are in " + ARGS_FILE + "): " + \
+            "; ".join(f"{x.field} {x.planned} -> {x.built}" for x in diffs) + "."
+    imports = list(FAMILY_IMPORTS[fam])
+    imports += [f"from torchtitan.models.{fam}.config_registry import {FAMILY_BASE[fam]}",
+                "from torchtitan.models.common.config_utils import decoder_vocab_size"]
+    if fp8:
+        imports.insert(0, "from torchtitan.components.quantization import Float8LinearConverter")
+    diff_lines = ["MODEL_DIFFERENCES = {"] + [f"    {x.field!r}: ({x.planned!r}, {x.built!r})," for x in diffs] + ["}"] \
+        if diffs else ["MODEL_DIFFERENCES: dict = {}"]
+    return "\n".join([
+        f'"""{title}', "", *textwrap.wrap(doc, 100), '"""', "", *imports, "", f"FLAVOR = {flavor!r}",
+        "# what this module builds otherwise than the planned model: field -> (planned, built)", *diff_lines, "", "",
+        *builder, "", "", f"{fam}_configs[FLAVOR] = _planned   # model_registry(FLAVOR) looks flavors up here", "", "",
+        f"def {CONFIG_FUNCTION}():", f"    config = {FAMILY_BASE[fam]}()", *_spec_lines("FLAVOR", fp8),
+        "    loss = getattr(config.loss, \"loss_fn\", config.loss)",
+        "    loss.global_vocab_size = decoder_vocab_size(config.model_spec)",
+        f"    config.hf_assets_path = \"./assets/hf/{_get(model, 'name')}\"", "    return config", ""])
+
 def export(doc: dict) -> Export:
     i = plan_info(doc)
     s, job, model = i["s"], i["job"], i["model"]
@@ -330,29 +621,23 @@ def export(doc: dict) -> Export:
     sp = bool(s.get("sequence_parallel")) and tp > 1
     world = tp * pp * dp * cp
 
-    # model
+    # model: a shipped flavor by its config_registry function, else a generated config module
     shape = _shape(model)
     f = flavor_for(model)
     files_extra = []
-    if f is None:
-        family = "qwen3" if "experts" in shape else "llama3"
-        placeholder = "register_" + re.sub(r"[^0-9A-Za-z]+", "_", str(model.get("name", "model"))).strip("_").lower()
-        module, config = family, placeholder
-        caveats.append(
-            f"torchtitan {VERSION} has no model of {model.get('name')}'s shape ({_shape_text(shape)}); it has "
-            "llama3 8B/70B/405B and qwen3 0.6B-32B, 30B-A3B, 235B-A22B. Register one (a model_registry flavor "
-            "and a config_registry function returning Trainer.Config, e.g. in your own package) and replace "
-            f"--module/--config; exported with --module {module} --config {config}, which ConfigManager rejects")
-    elif f.config is not None and prec != "fp8":
+    if f is not None and f.config is not None and prec != "fp8":
         module, config = f.module, f.config
     else:
         module, config = CONFIG_MODULE, CONFIG_FUNCTION
-        files_extra.append(ExportFile(f"{CONFIG_MODULE}.py", _config_module(f, prec == "fp8", i["title"])))
+        text = _config_module(f, prec == "fp8", i["title"]) if f is not None else \
+            _planned_module(model, prec == "fp8", i["title"], job["seq_len"])
+        files_extra.append(ExportFile(f"{CONFIG_MODULE}.py", text))
+    caveats += [x.text for x in model_differences(model)]
     if prec == "fp8":
         caveats.append("fp8 = torchtitan's Float8LinearConverter (rowwise, lm_head kept bf16, set in "
                        f"{CONFIG_MODULE}.py): needs torchao and SM89+ GPUs; run eagerly (--compile.no_enable) as "
                        "costed, torchtitan recommends --compile.enable for float8"
-                       + ("; routed experts stay bf16 (Float8GroupedExpertsConverter not set)" if f and f.experts else ""))
+                       + ("; routed experts stay bf16 (Float8GroupedExpertsConverter not set)" if "experts" in shape else ""))
 
     # data parallelism
     if zero == 0:
@@ -420,12 +705,8 @@ def export(doc: dict) -> Export:
             caveats.append(f"Schedule1F1B needs micro-batches ({m}) >= pp ({pp}): torch.distributed.pipelining "
                            "will refuse this schedule")
     args += [("--compile.no_enable", None), ("--compile.no_enable_async_tensor_parallel", None)]
-    rec = s.get("recompute", "none")
-    if rec == "selective":
-        caveats.append("recompute 'selective' (the planner's Megatron-style core-attention recompute: nothing to "
-                       "recompute with flash attention) is exported as activation-checkpoint:none; torchtitan's "
-                       "own 'selective' (op-level SAC, recomputing every second matmul) is a different trade")
-    ac = "full" if rec == "full" else "none"
+    # recompute: "selective" is torchtitan's op-level SAC (SelectiveAC), as costed (op_sac_recomputed)
+    ac = s.get("recompute", "none")
 
     lines = [f"# {i['title']}",
              f"# {RUNTIME.title}: torchtitan=={VERSION} (torch=={TORCH_VERSION}) torchtitan.train arguments,",

@@ -15,6 +15,10 @@ from baige_plan.specs.link import LinkCurves
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 SCALEUP_KINDS = ("switch", "mesh", "pcie", "torus")
+# fused attention kernels a runtime may run (specs/runtime.py RuntimeSpec.attention_kernel): FlashAttention-2
+# (flash-attn 2.x, PyTorch SDPA's flash backend, FlexAttention-class), cuDNN fused attention (Transformer
+# Engine's FusedAttention, PyTorch SDPA's cuDNN backend), FlashAttention-3 (Hopper)
+ATTENTION_KERNELS = ("fa2", "cudnn", "fa3")
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,9 @@ class ChipSpec:
     scaleup_latency_us: float | None = None     # per collective step
     nic_latency_us: float | None = None
     flash_efficiency: float | None = None       # fused attention (fwd + bwd) achieved / dense peak
+    # fused-attention kernels (fa2 | cudnn | fa3): (forward, backward) fraction of the 16-bit peak as a function
+    # of the sequence length one launch attends over (EfficiencyCurve over seq_len instead of FLOPs)
+    attention_kernels: dict[str, tuple[EfficiencyCurve, EfficiencyCurve]] = field(default_factory=dict)
     scaleup_curves: LinkCurves | None = None    # measured.links.scaleup (specs/link.py)
     nic_curves: LinkCurves | None = None        # measured.links.nic
     price_usd_per_device_hour: float | None = None  # price.usd_per_device_hour (list price; None = unknown)
@@ -104,6 +111,9 @@ class ChipSpec:
                 "scaleup.devices_per_node", f"must be a positive integer, got {self.devices_per_node!r}")
         for k in self.gemm_efficiency:
             require(k in DTYPES, f"measured.gemm_efficiency.{k}", "unknown dtype")
+        for k in self.attention_kernels:
+            require(k in ATTENTION_KERNELS, f"measured.attention_kernels.{k}",
+                    f"unknown kernel (known: {', '.join(ATTENTION_KERNELS)})")
 
     # The cost model calls these; each raises a SpecError naming the unknown figure.
     def need(self, name: str) -> float:

@@ -71,7 +71,8 @@ class MemorySemantics:
                  (cost/execution.py EAGER.extra_activation_bytes_per_token_layer_hidden).
       grad_bytes_bf16 / grad_bytes_fp16: the gradient buffer the backward accumulates into, per parameter
                  (bf16/fp8 and fp16 training); sharded from ZeRO-2 on, where `grad_bytes_zero2` (when set)
-                 replaces it (DeepSpeed's ZeRO-2/3 partitions model-dtype gradients).
+                 replaces it (DeepSpeed's ZeRO-2/3 partitions model-dtype gradients), and from ZeRO-3 on
+                 `grad_bytes_zero3` (when set; Megatron-FSDP optim_grads_params keeps the parameter dtype).
       step_grad_bytes: an fp32 copy of the (owned, ZeRO-sharded) gradients the optimizer step allocates when
                  the buffer is 16-bit; it lives from the step to the next zero_grad, not during the forward and
                  backward, so a stage's peak is max(activations, this) on top of the states.
@@ -110,6 +111,7 @@ class MemorySemantics:
     grad_bytes_bf16: int = 4
     grad_bytes_fp16: int = 4
     grad_bytes_zero2: int | None = None
+    grad_bytes_zero3: int | None = None
     step_grad_bytes: int = 0
     fsdp_always: bool = False
     autocast_fp32_params: bool = False
@@ -139,6 +141,8 @@ class MemorySemantics:
 
     def grad_bytes(self, precision: str, zero: int = 0) -> int:
         """Gradient-buffer bytes per parameter in 16-bit mixed precision (bf16, fp8: bf16; fp16)."""
+        if zero >= 3 and self.grad_bytes_zero3 is not None:
+            return self.grad_bytes_zero3
         if zero >= 2 and self.grad_bytes_zero2 is not None:
             return self.grad_bytes_zero2
         return self.grad_bytes_fp16 if precision == "fp16" else self.grad_bytes_bf16
@@ -177,6 +181,8 @@ class RuntimeSpec:
     split_accounting: bool = False     # embedding / loss counted as pipeline layers (Megatron account_for_*)
     bf16_grad_reduce: bool = False     # bf16 main grads reduced in bf16 (Megatron --grad-reduce-in-bf16)
     cp_comm: str = "p2p"               # context-parallel attention: "p2p" ring | "allgather" (cost/cp.py)
+    attention_kernel: str = "cudnn"    # fused attention it launches on chips that have it (specs/chip.py
+                                       # ATTENTION_KERNELS; a strategy's attention_kernel overrides it)
     notes: tuple[str, ...] = field(default_factory=tuple)   # sources for the semantics above
     extra_refusal: Callable[..., str | None] | None = None   # runtime-specific rules (model, job, strategy)
 

@@ -57,6 +57,7 @@ class StrategySpec:
     zero3_impl: str = "fsdp"                # ZeRO-3 collectives: fsdp (one per layer, NCCL hierarchical rings)
                                             # | deepspeed (one per weight, flat over the DP world; Narayanan 2021)
     runtime: str = "megatron"               # baige_plan/runtimes/: whose execution semantics the cost follows
+    attention_kernel: str = ""              # fused-attention kernel (fa2 | cudnn | fa3); "": the runtime's
 
     def __post_init__(self) -> None:
         for k in ("tp", "pp", "dp", "cp", "ep", "etp", "micro_batch", "vpp"):
@@ -70,6 +71,8 @@ class StrategySpec:
                 f"must be fused or eager, got {self.execution!r}")
         require(self.zero3_impl in ("fsdp", "deepspeed"), "zero3_impl",
                 f"must be fsdp or deepspeed, got {self.zero3_impl!r}")
+        require(self.attention_kernel in ("", "fa2", "cudnn", "fa3"), "attention_kernel",
+                f"must be fa2, cudnn or fa3, got {self.attention_kernel!r}")
         if self.sequence_parallel is None:
             object.__setattr__(self, "sequence_parallel", self.tp > 1)
         if self.tp == 1 and self.sequence_parallel:
