@@ -114,6 +114,10 @@ def _zero(par: dict) -> int:
 
 def _precision(text: Any) -> str:
     t = str(text or "bf16").lower()
+    # the leading word names it ("fp8 (FP8 GEMMs, BF16 elsewhere)" is fp8); free text after it is a note
+    lead = re.match(r"\s*(bf16|fp16|fp8|fp32|tf32)\b", t)
+    if lead:
+        return lead.group(1)
     for p in ("bf16", "fp8", "fp32"):
         if p in t:
             return p
@@ -260,7 +264,11 @@ def _case(row: dict, rid: str, md: dict, hw: dict, par: dict, notes: list[str], 
         vpp = par_int("vpp")
         if par.get("vpp") is None and pp > 1:
             notes.append("interleaving unstated: vpp 1 used")
-        first, last = balanced_split(model.layers, pp)
+        # Megatron --account-for-embedding/loss-in-pipeline-split: the embedding and the loss count as pipeline
+        # layers (specs/strategy.py); otherwise an uneven split is DeepSpeed-style balanced
+        acc_emb = bool(par.get("account_for_embedding") or par.get("account_for_embedding_in_pipeline_split"))
+        acc_loss = bool(par.get("account_for_loss") or par.get("account_for_loss_in_pipeline_split"))
+        first, last = (None, None) if acc_emb or acc_loss else balanced_split(model.layers, pp)
         if first is not None:
             notes.append(f"uneven split: first/last stage {first}/{last} layers (embedding counted as a layer)")
         execution = par.get("execution") or _execution(par.get("framework"))
@@ -285,6 +293,7 @@ def _case(row: dict, rid: str, md: dict, hw: dict, par: dict, notes: list[str], 
                                 recompute=_recompute(par.get("recompute")),
                                 sequence_parallel=bool(sp) if sp is not None else False,
                                 attention=attention, first_stage_layers=first, last_stage_layers=last,
+                                account_for_embedding=acc_emb, account_for_loss=acc_loss,
                                 execution=execution, zero3_impl=zero3_impl, tp_comm_overlap=tp_overlap,
                                 runtime=runtime, attention_kernel=str(par.get("attention_kernel") or ""))
         job = JobSpec(global_batch=par_int("global_batch_seqs", None),
