@@ -19,6 +19,7 @@ from baige_plan import runtimes
 from baige_plan.cost import collectives as C
 from baige_plan.cost.compute import ChipRates, gemm_time_s, layer_memory_bytes
 from baige_plan.cost.cp import cp_attention
+from baige_plan.cost.fp8 import fp8_quantize_bytes, fp8_recipe
 from baige_plan.cost.execution import EAGER, FUSED_LOSS_BYTES_PER_LOGIT, eager_host_s
 from baige_plan.cost.flops import (
     Gemm,
@@ -210,10 +211,11 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
         m_f += mt.dispatch_fwd_s
         m_b += mt.dispatch_bwd_s
     if r.dtype == "fp8":
-        # Transformer Engine quantises every GEMM input: read 16-bit, write fp8 (+ transpose copy for
-        # wgrad): 3 B per input element in the forward, the output gradients likewise in the backward
-        q_f = sum(g.count * g.m * g.k for g in lin) * 3
-        q_b = sum(g.count * g.m * g.n for g in lin) * 3
+        # Transformer Engine quantises every GEMM input in the forward and the output gradients in the backward,
+        # at the recipe's bytes per element (cost/fp8.py)
+        qb = fp8_quantize_bytes(fp8_recipe(s, r.chip))
+        q_f = sum(g.count * g.m * g.k for g in lin) * qb
+        q_b = sum(g.count * g.m * g.n for g in lin) * qb
         m_f += q_f / r.hbm_Bps
         m_b += q_b / r.hbm_Bps
     core_f = a_f + core_b / r.hbm_Bps

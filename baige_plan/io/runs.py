@@ -295,7 +295,8 @@ def _case(row: dict, rid: str, md: dict, hw: dict, par: dict, notes: list[str], 
                                 attention=attention, first_stage_layers=first, last_stage_layers=last,
                                 account_for_embedding=acc_emb, account_for_loss=acc_loss,
                                 execution=execution, zero3_impl=zero3_impl, tp_comm_overlap=tp_overlap,
-                                runtime=runtime, attention_kernel=str(par.get("attention_kernel") or ""))
+                                runtime=runtime, attention_kernel=str(par.get("attention_kernel") or ""),
+                                fp8_recipe=str(par.get("fp8_recipe") or ""))
         job = JobSpec(global_batch=par_int("global_batch_seqs", None),
                       seq_len=_int_of(md, "seq_len", 2048, src, f"rows[{rid}].model"),
                       precision=_precision(par.get("precision")))

@@ -43,6 +43,8 @@ def strategy_dict(s: StrategySpec, global_batch: int) -> dict:
         d["execution"] = s.execution
     if s.attention_kernel:        # a kernel other than the runtime's (specs/runtime.py attention_kernel)
         d["attention_kernel"] = s.attention_kernel
+    if s.fp8_recipe:              # an fp8 scaling recipe other than the chip's default (cost/fp8.py)
+        d["fp8_recipe"] = s.fp8_recipe
     if s.first_stage_layers is not None:
         d["first_stage_layers"] = s.first_stage_layers
     if s.last_stage_layers is not None:

@@ -58,6 +58,7 @@ class StrategySpec:
                                             # | deepspeed (one per weight, flat over the DP world; Narayanan 2021)
     runtime: str = "megatron"               # baige_plan/runtimes/: whose execution semantics the cost follows
     attention_kernel: str = ""              # fused-attention kernel (fa2 | cudnn | fa3); "": the runtime's
+    fp8_recipe: str = ""                    # fp8 scaling (delayed | current | mxfp8); "": the chip's (cost/fp8.py)
 
     def __post_init__(self) -> None:
         for k in ("tp", "pp", "dp", "cp", "ep", "etp", "micro_batch", "vpp"):
@@ -73,6 +74,8 @@ class StrategySpec:
                 f"must be fsdp or deepspeed, got {self.zero3_impl!r}")
         require(self.attention_kernel in ("", "fa2", "cudnn", "fa3"), "attention_kernel",
                 f"must be fa2, cudnn or fa3, got {self.attention_kernel!r}")
+        require(self.fp8_recipe in ("", "delayed", "current", "mxfp8"), "fp8_recipe",
+                f"must be delayed, current or mxfp8, got {self.fp8_recipe!r}")
         if self.sequence_parallel is None:
             object.__setattr__(self, "sequence_parallel", self.tp > 1)
         if self.tp == 1 and self.sequence_parallel:

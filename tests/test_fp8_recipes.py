@@ -1,0 +1,43 @@
+"""fp8 quantisation traffic per Transformer Engine recipe (cost/fp8.py), hand-derived per element."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from baige_plan.cost.estimate import estimate
+from baige_plan.cost.fp8 import fp8_quantize_bytes, fp8_recipe
+from baige_plan.io.catalog import Catalog
+from baige_plan.specs.job import JobSpec
+from baige_plan.specs.strategy import StrategySpec
+
+
+def test_bytes_per_quantised_element():
+    assert fp8_quantize_bytes("delayed") == 4.0          # read bf16 2 B, write fp8 + its transpose 1 + 1 B
+    assert fp8_quantize_bytes("current") == 6.0          # + an amax pass over the 16-bit input (2 B)
+    assert fp8_quantize_bytes("mxfp8") == pytest.approx(4.0625)   # + one E8M0 scale per 32 elements, twice
+
+
+def test_chip_default_and_override():
+    cat = Catalog.create()
+    assert fp8_recipe(StrategySpec(), cat.chip("h100-sxm5-80g")) == "current"
+    assert fp8_recipe(StrategySpec(), cat.chip("b200")) == "mxfp8"
+    assert fp8_recipe(StrategySpec(fp8_recipe="delayed"), cat.chip("h100-sxm5-80g")) == "delayed"
+
+
+def test_current_scaling_costs_two_bytes_more_per_element_than_delayed():
+    # one dense layer, tp 1: every linear's input (forward) and output gradient (backward) is quantised; the
+    # difference between the recipes is 2 B per element of sum(m*k) + sum(m*n) over the layer's GEMMs
+    cat = Catalog.create()
+    model, cluster = cat.model("llama3-8b"), cat.cluster("h100-sxm5-80g:1x8")[0]
+    job = JobSpec(global_batch=8, seq_len=8192, precision="fp8")
+    base = StrategySpec(tp=1, pp=1, dp=8, zero=1, recompute="none")
+    cur = estimate(model, cluster, job, replace(base, fp8_recipe="current"))
+    dly = estimate(model, cluster, job, replace(base, fp8_recipe="delayed"))
+    h, f, kv, t = 4096, 14336, 1024, 8192
+    ins = t * (h + h + h + f)                   # qkv, proj, fc1 (gate+up), fc2 inputs
+    outs = t * ((h + 2 * kv) + h + 2 * f + h)   # their outputs: the backward's gradients
+    hbm = cluster.groups[0].chip.hbm_GBps * 1e9 * cluster.groups[0].chip.hbm_efficiency
+    per_layer = 2.0 * (ins + outs) / hbm
+    assert cur.stages[0].compute_s - dly.stages[0].compute_s == pytest.approx(32 * per_layer, rel=1e-6)
