@@ -1,7 +1,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install test lint bench validate test-integration fuzz corpus-tables
+.PHONY: install test lint bench validate test-integration fuzz corpus-tables recipes
 
 # the validation corpus: published calibration + held-out runs + one file per source in benchmarks/corpus/
 CORPUS := tests/data/published_calibration.yaml benchmarks/published_heldout.yaml $(sort $(wildcard benchmarks/corpus/*.yaml))
@@ -26,6 +26,11 @@ validate:
 # them) and the step-time band table shipped in the package (baige_plan/data/bands.yaml)
 corpus-tables:
 	$(VENV)/bin/baige-plan backtest --loso $(CORPUS) --tables benchmarks/corpus --bands baige_plan/data/bands.yaml
+
+# the published-recipe index shipped in the package (baige_plan/data/recipes.yaml): `plan` shows the nearest
+# recipe beside its top plan and prefers a recipe's layout among ties (io/recipes.py)
+recipes:
+	$(PY) benchmarks/corpus/make_recipes.py --out baige_plan/data/recipes.yaml $(CORPUS)
 
 test-integration:
 	bash tests/integration/run.sh

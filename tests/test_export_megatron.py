@@ -273,13 +273,21 @@ def test_zero_mapping():
     a = args_of(plan_doc(LLAMA3_70B, tp=8, dp=2, m=4, zero=0, nodes=2))
     assert "--use-distributed-optimizer" not in a and "--overlap-param-gather" not in a
     assert "--overlap-grad-reduce" in a                        # DDP bucket overlap for ZeRO-0 too
-    for z in (2, 3):
-        doc = plan_doc(LLAMA3_70B, tp=8, dp=2, m=4, zero=z, nodes=2)
-        a = args_of(doc)
-        assert "--use-distributed-optimizer" in a
-        caveats = files(doc)[1]
-        assert any(f"zero={z}" in c and "FSDP" in c for c in caveats)
-        assert f"# cannot express: zero={z}" in files(doc)[0]["megatron_args.txt"]
+    # zero 2: Megatron-FSDP optim_grads is not planned; exported as ZeRO-1 with a caveat
+    doc = plan_doc(LLAMA3_70B, tp=8, dp=2, m=4, zero=2, nodes=2)
+    a = args_of(doc)
+    assert "--use-distributed-optimizer" in a and "--use-megatron-fsdp" not in a
+    caveats = files(doc)[1]
+    assert any("zero=2" in c and "FSDP" in c for c in caveats)
+    assert "# cannot express: zero=2" in files(doc)[0]["megatron_args.txt"]
+    # zero 3: Megatron-FSDP full sharding (runtimes/megatron.py docstring), as costed: no caveat
+    doc = plan_doc(LLAMA3_70B, tp=8, dp=2, m=4, zero=3, nodes=2)
+    a = args_of(doc)
+    assert a["--data-parallel-sharding-strategy"] == "optim_grads_params" and a["--ckpt-format"] == "fsdp_dtensor"
+    for flag in ("--use-megatron-fsdp", "--use-distributed-optimizer", "--init-model-with-meta-device",
+                 "--overlap-grad-reduce", "--overlap-param-gather"):
+        assert flag in a, flag
+    assert not any("zero=" in c for c in files(doc)[1])
 
 
 def test_no_overlap_grad_reduce_drops_param_gather():
@@ -341,7 +349,9 @@ def test_runtime_refuses_moe_tp_without_sp():
     assert megatron.RUNTIME.refusal(StrategySpec(tp=2, dp=4, ep=2, sequence_parallel=True), moe_model) is None
     assert megatron.RUNTIME.refusal(no_sp.__class__(tp=2, dp=4, sequence_parallel=False), dense) is None
     assert megatron.RUNTIME.refusal(StrategySpec(tp=1, dp=8, ep=8, sequence_parallel=False), moe_model) is None
-    assert megatron.RUNTIME.refusal(StrategySpec(tp=8, dp=2, zero=3), dense) is not None
+    assert megatron.RUNTIME.refusal(StrategySpec(tp=8, dp=2, zero=3), dense) is None        # Megatron-FSDP
+    assert megatron.RUNTIME.refusal(StrategySpec(tp=4, pp=2, dp=2, zero=3), dense) is not None
+    assert megatron.RUNTIME.refusal(StrategySpec(tp=8, dp=2, zero=2), dense) is not None
 
 
 def test_cli_export_writes_all_files(tmp_path):

@@ -185,9 +185,10 @@ def test_fp16_is_refused_not_exported_as_bf16():
 def test_recompute_modes():
     assert ac_of(plan_doc(LLAMA3_8B, dp=8, recompute="full")) == "activation-checkpoint:full"
     assert ac_of(plan_doc(LLAMA3_8B, dp=8, recompute="none")) == "activation-checkpoint:none"
+    # "selective" on torchtitan is its op-level SAC (SelectiveAC), which the plan was costed for
     _, cav = files(plan_doc(LLAMA3_8B, dp=8, recompute="selective"))
-    assert ac_of(plan_doc(LLAMA3_8B, dp=8, recompute="selective")) == "activation-checkpoint:none"
-    assert any("selective" in c for c in cav)
+    assert ac_of(plan_doc(LLAMA3_8B, dp=8, recompute="selective")) == "activation-checkpoint:selective"
+    assert cav == ()
 
 
 def test_moe_maps_to_qwen3_235b_with_ep():
@@ -201,14 +202,30 @@ def test_moe_maps_to_qwen3_235b_with_ep():
     assert cav == ()
 
 
-def test_models_torchtitan_does_not_have_are_said():
+def test_models_torchtitan_does_not_ship_are_built_by_a_config_module():
+    # Llama 2 7B (MHA, vocab 32000): torchtitan's llama3 family code with the planned dimensions
     doc = plan_doc(LLAMA2_7B, dp=8)
-    _, cav = files(doc)
+    f, cav = files(doc)
     a = args_of(doc)
-    assert a["--config"] == "register_llama2_7b"
-    assert any("no model of llama2-7b's shape" in c for c in cav)
-    _, cav = files(plan_doc(MIXTRAL, dp=8, ep=8))
-    assert any("no model of mixtral-8x7b's shape" in c for c in cav)
+    assert (a["--module"], a["--config"]) == (torchtitan.CONFIG_MODULE, torchtitan.CONFIG_FUNCTION)
+    mod = f[f"{torchtitan.CONFIG_MODULE}.py"]
+    compile(mod, "baige_torchtitan_config.py", "exec")
+    for want in ("FLAVOR = 'baige_llama2_7b'", "llama3_configs[FLAVOR] = _planned", "model_registry(FLAVOR)",
+                 "dim, vocab_size, n_layers = 4096, 32000, 32", "n_heads=32, n_kv_heads=32, head_dim=None",
+                 "hidden_dim=11008", "enable_weight_tying=False", "config = llama3_8b()",
+                 "ComplexRoPE.Config(dim=128, max_seq_len=131072"):
+        assert want in mod, want
+    assert cav == ()                                   # nothing the llama3 family cannot build
+    assert 'export PYTHONPATH="$HERE' in f["launch.sh"]
+    # Mixtral 8x7B (8 experts top-2, vocab 32000): the qwen3 family's MoE blocks
+    f, cav = files(plan_doc(MIXTRAL, dp=8, ep=8))
+    mod = f[f"{torchtitan.CONFIG_MODULE}.py"]
+    compile(mod, "baige_torchtitan_config.py", "exec")
+    for want in ("qwen3_configs[FLAVOR] = _planned", "num_experts=8", "top_k=2", "hidden_dim=14336, num_experts=8",
+                 "shared_experts=None", "FIRST_DENSE_LAYERS, MOE_LAYER_FREQ = 0, 1", "config = qwen3_30b_a3b()"):
+        assert want in mod, want
+    assert "feed_forward=" not in mod                  # every layer MoE: no dense branch
+    assert cav == ()
 
 
 def test_model_match_is_by_shape_not_name():
@@ -267,7 +284,8 @@ def test_runtime_declaration():
     rt = torchtitan.RUNTIME
     assert rt.zero_stages == rt.zero_stages_with_pp == (0, 3)
     assert rt.sequence_parallel == "optional" and rt.uneven_split and rt.interleaved
-    assert rt.recompute == ("none", "full") and rt.precisions == ("bf16", "fp8", "fp32")
+    assert rt.recompute == ("none", "selective", "full") and rt.precisions == ("bf16", "fp8", "fp32")
+    assert rt.memory.selective == "op_sac"
     assert rt.zero3_gather(1) == "micro_batch" and rt.zero3_gather(4) == "step"
     g1, g4 = rt.grad_sync(0, 1), rt.grad_sync(0, 4)
     assert (g1.grads, g1.overlap, g1.params) == ("micro_batch", "backward", "none")
@@ -288,8 +306,8 @@ JOB = JobSpec(global_batch=64, seq_len=8192)
     (dict(dp=2, tp=4, ep=2, zero=0), None, None, "ep = cp*tp"),
     (dict(dp=2, pp=8, zero=3), None, JobSpec(global_batch=8, seq_len=8192), "Schedule1F1B"),
     (dict(dp=4, tp=2, pp=2, vpp=4, zero=3), DENSE, None, "re-gathered"),
-    (dict(dp=1, tp=1, zero=3), ModelSpec("gpt", 24, 2048, 16, 8192, 50304, activation="gelu"), None, "no model"),
     (dict(dp=8, tp=2, zero=3, sequence_parallel=True), None, JobSpec(global_batch=64, seq_len=4097), "seq_len"),
+    (dict(dp=4, pp=2, zero=3), ModelSpec("gpt", 24, 2048, 16, 8192, 50304, tie_embeddings=True), None, "tied"),
 ])
 def test_refusals(kw, model, job, why):
     s = StrategySpec(**{"recompute": "none", **kw})
@@ -305,7 +323,18 @@ def test_what_it_runs_is_not_refused():
         assert torchtitan.RUNTIME.refusal(s, model, JobSpec(global_batch=1024, seq_len=8192)) is None, kw
 
 
-def test_plan_for_a_model_torchtitan_lacks_is_refused():
+def test_any_decoder_shape_runs():
+    # shapes torchtitan does not ship: GELU (GPT), MHA with another vocab, MoE with a dense prefix
+    for model in (ModelSpec("gpt", 24, 2048, 16, 8192, 50304, activation="gelu"),
+                  ModelSpec("llama2-7b", 32, 4096, 32, 11008, 32000),
+                  ModelSpec("moe", 8, 1024, 16, 4096, 32000, moe=MoESpec(experts=8, top_k=2, expert_ffn_hidden=1024,
+                                                                         shared_experts=1, first_dense_layers=1))):
+        for rec in ("none", "selective", "full"):
+            s = StrategySpec(dp=8, zero=3, recompute=rec)
+            assert torchtitan.RUNTIME.refusal(s, model, JobSpec(global_batch=64, seq_len=4096)) is None, (model, rec)
+
+
+def test_plan_for_a_model_torchtitan_does_not_ship():
     r = CliRunner().invoke(app, ["plan", "llama2-7b", "h100-sxm5-80g:1x8", "--global-batch", "64",
                                  "--seq-len", "4096", "--runtime", "torchtitan"])
-    assert r.exit_code != 0
+    assert r.exit_code == 0, r.output

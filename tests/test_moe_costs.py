@@ -9,6 +9,7 @@ import pytest
 from baige_plan.cost import collectives as C
 from baige_plan.cost.compute import (
     GROUPED_GEMM_MEM_FRACTION,
+    TE_GEMM_STREAMS,
     ChipRates,
     gemm_time_s,
     moe_dispatch_bytes,
@@ -16,7 +17,16 @@ from baige_plan.cost.compute import (
 from baige_plan.cost.estimate import dp_traffic, estimate
 from baige_plan.cost.execution import EAGER_HOST, eager_host_s
 from baige_plan.cost.flops import Gemm, expert_load_factor, linear_gemms, tokens_per_expert
-from baige_plan.cost.moe import moe_dispatch_comm_s
+from baige_plan.cost.moe import (
+    GROUPED_MM_BWD_OVER_FWD,
+    expert_gemm_kind,
+    fp8_padding_bytes,
+    grouped_mm_bwd_extra_s,
+    moe_dispatch_comm_s,
+    moe_layer_terms,
+    moe_load,
+    moe_router,
+)
 from baige_plan.io.catalog import Catalog
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec, MoESpec
@@ -185,3 +195,72 @@ def test_fine_grained_moe_without_ep_is_slower_per_token_on_fused_megatron():
     step = {ep: estimate(QWEN3, cl, job, StrategySpec(dp=8, ep=ep, zero=1, micro_batch=1, recompute="full"))
             for ep in (1, 8)}
     assert step[1].breakdown_s["compute"] > step[8].breakdown_s["compute"]
+
+
+def test_forced_balance_router_is_random_on_megatron_and_exact_in_the_harness():
+    # Megatron-core moe_router_force_load_balancing draws random logits (RandomSTE): per-expert counts are
+    # multinomial; our harness's balanced router is exact
+    assert moe_router("megatron") == moe_router("flagscale") == "random"
+    assert moe_router("pytorch") == moe_router("torchtitan") == "balanced"
+    s = StrategySpec(dp=8, ep=8, zero=1, micro_batch=2, recompute="none")          # megatron, fused
+    # 8192 tokens: 4096 per expert, 16 local experts -> 65,536 assignments per rank, 8 ranks
+    assert moe_load(QWEN3, s, 8192) == pytest.approx(1 + math.sqrt(2 * math.log(8) / 65536), rel=1e-12)
+    assert moe_load(HARNESS, StrategySpec(dp=2, ep=2, zero=0, micro_batch=4, execution="eager",
+                                          runtime="pytorch"), 8192) == 1.0
+
+
+def test_fp8_padding_bytes_by_hand():
+    # Qwen3, 8192 tokens, ep 8, bf16 rows: R = 8192 * 8 = 65,536 rows of 2048 reach the 16 local experts;
+    # TE Fp8Padding + Fp8Unpadding each read and write them: 4 x 65,536 x 2048 x 2 B = 1 GiB per pass
+    assert fp8_padding_bytes(QWEN3, 8192, 1, 8, 1, 2, "random") == 4 * 65536 * 2048 * 2 == 1_073_741_824
+    # exact balance with 4096 (a multiple of 16) rows per expert: TE returns the input unpadded
+    assert fp8_padding_bytes(QWEN3, 8192, 1, 8, 1, 2, "balanced") == 0.0
+    # exact balance with 4104 tokens at ep 1: 4104 x 8 / 128 = 256.5 rows per expert, not a multiple of 16
+    assert fp8_padding_bytes(QWEN3, 4104, 1, 1, 1, 2, "balanced") == 4 * 4104 * 8 * 2048 * 2
+    # the layer terms charge it on fp8 Megatron (TEGroupedMLP) only, at the achievable HBM rate
+    r8 = ChipRates.of(Catalog.create().chip("h100-sxm5-80g"), "fp8")
+    s = StrategySpec(dp=8, ep=8, zero=1, micro_batch=2, recompute="none")
+    link = _link(8)
+    mt = moe_layer_terms(QWEN3, s, r8, 8192, link, _link(1))
+    d_f, d_b = moe_dispatch_bytes(QWEN3, 8192, 1, 8, 1, 2)
+    pad = 1_073_741_824 * mt.load
+    assert mt.dispatch_fwd_s == pytest.approx((d_f + pad) / r8.hbm_Bps, rel=1e-12)
+    assert mt.dispatch_bwd_s == pytest.approx((d_b + pad) / r8.hbm_Bps, rel=1e-12)
+    tt = moe_layer_terms(QWEN3, StrategySpec(dp=8, ep=8, zero=1, micro_batch=2, runtime="torchtitan"), r8, 8192,
+                         link, _link(1))
+    assert tt.dispatch_fwd_s == pytest.approx(d_f / r8.hbm_Bps, rel=1e-12)
+
+
+def test_expert_gemm_kind_by_runtime_and_te_multistream_rate():
+    assert expert_gemm_kind(StrategySpec(dp=8, ep=8)) == "expert_streams"                      # megatron
+    assert expert_gemm_kind(StrategySpec(dp=8, ep=8, runtime="torchtitan")) == "expert_grouped"
+    assert expert_gemm_kind(StrategySpec(dp=2, execution="eager", runtime="pytorch")) == "linear"
+    r = ChipRates.of(Catalog.create().chip("h100-sxm5-80g"), "bf16")
+    curve = r.chip.gemm_curve("bf16")
+    # 128 local experts x 512 tokens, Qwen3 fc1: TE runs 4 cuBLAS GEMMs at a time -> the curve at 4 x 3.2 GFLOP
+    each = 2 * 512 * 1536 * 2048
+    g = Gemm("e", 512, 1536, 2048, 128, "expert_streams")
+    compute = 128 * each / (r.peak_flops * curve.at(TE_GEMM_STREAMS * each))
+    memory = 128 * (512 * 2048 * 2 + 2048 * 1536 * 2 + 512 * 1536 * 2) / r.hbm_Bps / GROUPED_GEMM_MEM_FRACTION
+    assert gemm_time_s(g, r) == pytest.approx(max(compute, memory), rel=1e-12)
+    # slower than one grouped launch over all 128 experts, faster than a serial per-expert loop
+    assert gemm_time_s(Gemm("e", 512, 1536, 2048, 128, "expert_grouped"), r) < gemm_time_s(g, r) \
+        < gemm_time_s(Gemm("e", 512, 1536, 2048, 128, "linear"), r)
+    # fewer experts than streams: all of them together
+    g2 = Gemm("e", 4096, 1536, 2048, 2, "expert_streams")
+    f2 = 2 * 2 * 4096 * 1536 * 2048                                   # compute-bound: 103 GFLOP, 25 MB
+    assert gemm_time_s(g2, r) == pytest.approx(f2 / (r.peak_flops * curve.at(f2)), rel=1e-12)
+
+
+def test_grouped_mm_backward_beyond_twice_the_forward():
+    r = ChipRates.of(Catalog.create().chip("h100-sxm5-80g"), "bf16")
+    lin = linear_gemms(QWEN3, 8192, 1, True, 8, grouped=True)
+    fwd = sum(gemm_time_s(g, r) for g in lin if g.kind == "expert_grouped")
+    assert grouped_mm_bwd_extra_s(lin, r, 1.0) == pytest.approx((GROUPED_MM_BWD_OVER_FWD - 2) * fwd, rel=1e-12)
+    # torchtitan (torch._grouped_mm) pays it; Megatron (TE multi-stream cuBLAS) does not
+    s_tt = StrategySpec(dp=8, ep=8, zero=1, micro_batch=2, runtime="torchtitan")
+    mt = moe_layer_terms(QWEN3, s_tt, r, 8192, _link(8), _link(1), lin)
+    assert mt.expert_bwd_extra_s == pytest.approx(1.3 * fwd, rel=1e-12)
+    s_mg = StrategySpec(dp=8, ep=8, zero=1, micro_batch=2)
+    lin_mg = linear_gemms(QWEN3, 8192, 1, True, 8, grouped=expert_gemm_kind(s_mg))
+    assert moe_layer_terms(QWEN3, s_mg, r, 8192, _link(8), _link(1), lin_mg).expert_bwd_extra_s == 0.0

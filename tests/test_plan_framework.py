@@ -48,7 +48,7 @@ def test_default_runtime_is_megatron_and_named():
 
 
 @pytest.mark.parametrize("runtime,pin,why", [
-    ("megatron", ["--zero", "2"], "ZeRO stages [0, 1]"),
+    ("megatron", ["--zero", "2"], "ZeRO stages [0, 1, 3]"),
     ("deepspeed", ["--vpp", "2"], "interleaved"),
     ("deepspeed", ["--pp", "4", "--zero", "2"], "with pipeline parallelism"),
     ("torchtitan", ["--zero", "1"], "ZeRO stages [0, 3]"),

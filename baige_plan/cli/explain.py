@@ -67,12 +67,17 @@ def explain(plan: Path = typer.Argument(..., help="A plan file written by `baige
 def _sentence(est: dict, runners: list[dict]) -> str:
     out = f"Bottleneck: {est['bottleneck']}."
     t = est["step_time_s"]
-    ties = [r for r in runners if r["step_time_s"] <= t * (1 + 1e-6)]
+    faster = [r for r in runners if r["step_time_s"] < t * (1 - 1e-6)]
+    ties = [r for r in runners if t * (1 - 1e-6) <= r["step_time_s"] <= t * (1 + 1e-6)]
     slower = [r for r in runners if r["step_time_s"] > t * (1 + 1e-6)]
+    if faster:   # `plan` shows ties (overlapping step-time bands) simpler first: search/ranking.py
+        r = min(faster, key=lambda x: x["step_time_s"])
+        out += (f" {len(faster)} runner-up(s) predict a shorter step (the fastest {1 - r['step_time_s'] / t:.2%}, "
+                f"{r['step_time_s']:.4g} s) within the uncertainty band: this plan is the simpler of a tie.")
     if ties:
         out += f" {len(ties)} runner-up(s) predict the same step time (equivalent settings; ties go to the lower tuple)."
     if slower:
-        r = slower[0]
+        r = min(slower, key=lambda x: x["step_time_s"])
         out += (f" The best slower runner-up is {r['step_time_s'] / t - 1:.2%} slower ({r['step_time_s']:.4g} s vs "
                 f"{t:.4g} s); its bottleneck: {r['bottleneck']}.")
     return out

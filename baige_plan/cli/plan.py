@@ -102,6 +102,7 @@ def plan(
     from baige_plan.io.plans import chip_docs_from_catalog, dumps, format_for, plan_doc, plans_doc
     from baige_plan.io.render_plans import print_tables, ranking_table
     from baige_plan.search.partial import parse_exclude, search_partial, why_none
+    from baige_plan.search.ranking import TIE_POOL
     from baige_plan.search.space import Bounds, Pins
 
     try:
@@ -174,9 +175,10 @@ def plan(
             raise typer.Exit(1)
         progress = progress_line()      # on stderr after a second; never with --quiet
         try:
-            pr = search_partial(m, cl, job, bounds, pins, top=max(top, 1 + RUNNERS_UP) if out else top,
-                                time_limit_s=time_limit, progress=progress, objective=objective.value,
-                                excluded=excluded.get(cl.groups[0].name, ()))
+            # enough plans for --top distinct rows, the tie pool and the runners-up (search/ranking.py)
+            pr, rows = _search_distinct(max(top, TIE_POOL, 1 + RUNNERS_UP), lambda n: search_partial(
+                m, cl, job, bounds, pins, top=n, time_limit_s=time_limit, progress=progress,
+                objective=objective.value, excluded=excluded.get(cl.groups[0].name, ())))
         finally:
             progress.close()
         res = pr.result
@@ -199,24 +201,29 @@ def plan(
     idle = [Flow(group=g, devices=n, why=why) for g, n, why in pr.idle]   # search/partial.py
     for x in idle if fmt is not Fmt.table else ():   # the table shows them under the ranking
         note(f"idle devices: {x['group']} {x['devices']}: {x['why']}")
+    # the shown order: equal estimates as one row, ties simpler first; the nearest published recipe (issue 16)
+    ranked, published = _present(rows, res.plans, m, job, pr.cluster, rt_name, max_memory_frac, attention.value)
+    first = ranked[0][1]     # the plan file holds the first plan shown
     if out is not None:
         from baige_plan.search.placement import placement
         with progress_line(f"writing {out}: placement of {cl.devices:,} devices"):
-            s0, g0 = res.plans[0].strategy, cl.groups[0]
+            s0, g0 = first.strategy, cl.groups[0]
             slots = placement(s0.tp, s0.cp, s0.dp, s0.pp, g0.name, g0.devices_per_node, nodes=pr.nodes_used)
-            doc = plan_doc(m, cl, job, res.plans[0], res, chip_docs, max_memory_frac, list(res.plans[1:]), slots)
+            doc = plan_doc(m, cl, job, first, res, chip_docs, max_memory_frac,
+                           [e for _, e, _ in ranked[1:max(top, 1 + RUNNERS_UP)]], slots)
             if idle:
                 doc["estimate"]["idle_devices"] = idle
             if tokens is not None:
-                doc["estimate"]["training"] = _training(res.plans[0], cl, job, tokens, prices, objective)
+                doc["estimate"]["training"] = _training(first, cl, job, tokens, prices, objective)
             try:
                 write_atomic(out, dumps(doc, format_for(out)))
             except InputError as ex:
                 fail_input(ex)
         note(f"wrote {out}")
-    shown = res.plans[:top]
+    shown = tuple(e for _, e, _ in ranked[:top])
     from dataclasses import replace
     doc = plans_doc(replace(res, plans=shown), cl.groups[0].name, max_memory_frac, m, job)
+    _mark(doc, ranked[:top], published, m, job)
     if idle:
         for d in doc["plans"]:
             d["idle_devices"] = idle
@@ -237,13 +244,104 @@ def plan(
         part = "" if pr.nodes == cl.groups[0].nodes else f", {pr.nodes} of its {cl.groups[0].nodes} nodes"
         title = (f"{m.name} on {cl.name}{part} (global batch {job.global_batch}, seq {job.seq_len}, {job.precision}): "
                  f"{len(shown)} best of {res.candidates:,}")
-        tables = [ranking_table(doc["plans"], title, idle)]
+        tables = [ranking_table(doc["plans"], title, idle, notes=_notes(doc, _none_why(m, pr.cluster, job)))]
         if tokens is not None:
             from baige_plan.cli.whatif import training_table
             tables.append(training_table([d["training"] for d in doc["plans"]], tokens))
         print_tables(tables)
     else:
+        if doc["published_recipe"] is None:
+            from baige_plan.io.render_plans import recipe_line
+            note(recipe_line(None, doc["plans"][0], _none_why(m, pr.cluster, job)))
         typer.echo(dumps(doc, fmt.value), nl=False)
+
+
+def _search_distinct(need: int, run):
+    """`run(n)` (search_partial for the n fastest plans) asked for enough plans to fill `need` distinct rows
+    (search/ranking.py dedupe): twice as many, then 4x more while rows are missing and more plans exist.
+    (PartialResult, rows); a row whose equivalents may lie past the n-th plan is left out."""
+    from baige_plan.search.ranking import dedupe
+
+    n = 2 * need
+    while True:
+        pr = run(n)
+        plans = pr.result.plans
+        rows = dedupe([e.step_time_s for e in plans], [e.peak_memory_gib for e in plans], [e.strategy for e in plans])
+        every = len(plans) < n      # every plan that fits is here
+        if not every and len(rows) > 1:
+            rows = rows[:-1]
+        if every or len(rows) >= need or pr.result.status != "OPTIMAL":
+            return pr, rows
+        n *= 4
+
+
+def _bands_or_none(plans, m, job: JobSpec):
+    """Each plan's step_time_band_s, or None when the band table cannot be read (then there are no ties)."""
+    from baige_plan.io.bands import band_for, load_bands
+    try:
+        load_bands()
+    except (InputError, OSError):
+        return None
+    return [band_for(e.step_time_s, m, job, e.strategy) for e in plans]
+
+
+def _present(rows, plans, m, job: JobSpec, cluster, runtime: str, frac: float, attention: str):
+    """([(Row, its estimate, Placed), ...] in the shown order, the nearest published recipe or None)."""
+    from baige_plan.io.recipes import layouts, load_recipes, nearest
+    from baige_plan.search.ranking import present_order
+
+    reps = [plans[r.index] for r in rows]
+    try:
+        recipes = load_recipes()
+    except (InputError, OSError) as ex:
+        note(f"published recipes not read ({ex}): no recipe shown")
+        recipes = ()
+    order = present_order([e.step_time_s for e in reps], [e.strategy for e in reps], _bands_or_none(reps, m, job),
+                          layouts(recipes, m, cluster))
+    published = nearest(recipes, m, cluster, job, runtime, frac, attention)
+    return [(rows[p.index], reps[p.index], p) for p in order], published
+
+
+def _mark(doc: dict, ranked, published, m, job: JobSpec) -> None:
+    """Add the shown order's marks to `plan`'s plans document: per plan `tie` (and `tie_group`), `equivalent`
+    knobs; `ordering` (the rule) and `published_recipe` (null when none is near)."""
+    from baige_plan.io.bands import band_for
+    from baige_plan.io.recipes import published_doc
+    from baige_plan.io.serialize import estimate_dict, strategy_dict
+    from baige_plan.search.ranking import ORDER_RULE
+
+    for d, (row, _, p) in zip(doc["plans"], ranked, strict=True):
+        d["tie"] = p.tie
+        if p.tie:
+            d["tie_group"] = p.tie_group
+        if row.equivalent:
+            d["equivalent"] = row.equivalent_dict()
+    doc["ordering"] = ORDER_RULE
+    pub = None
+    if published is not None:
+        e = published.estimate
+        try:
+            band = band_for(e.step_time_s, m, job, e.strategy)
+        except (InputError, OSError):
+            band = None
+        pub = published_doc(published, strategy_dict(published.strategy, job.global_batch), estimate_dict(e, band))
+    doc["published_recipe"] = pub
+
+
+def _notes(doc: dict, none_why: str) -> list[str]:
+    """Lines under the ranking table: the tie rule (when there are ties) and the nearest published recipe."""
+    from baige_plan.io.render_plans import recipe_line
+    out = []
+    if any(d.get("tie") for d in doc["plans"]):
+        out.append("~ " + doc["ordering"])
+    out.append(recipe_line(doc.get("published_recipe"), doc["plans"][0], none_why))
+    return out
+
+
+def _none_why(m, cluster, job: JobSpec) -> str:
+    g = cluster.groups[0]
+    return (f"no published run of {m.name}'s shape, or of a model within 2x its parameters, on {g.chip.family} chips "
+            f"adapts to {cluster.devices} devices and global batch {job.global_batch}")
 
 
 def _training(e, cl, job: JobSpec, tokens: float, prices, objective: Objective) -> dict:

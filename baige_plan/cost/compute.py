@@ -57,6 +57,14 @@ MEM_EFF_BWD_FRACTION = 0.53
 # memory-bound points of benchmarks/real/moe_gemm_sweep_h100.raw.json (range 1.07-1.82), i.e. the
 # kernel streams weights at 1/1.29 = 0.77 of the rate a device-to-device copy reaches.
 GROUPED_GEMM_MEM_FRACTION = 0.77
+# Transformer Engine GroupedLinear on Hopper = one cuBLAS GEMM per expert spread over the streams of
+# nvte_get_num_compute_streams() = 4 (TE 2.x common/util/multi_stream.cpp; te_general_grouped_gemm ->
+# nvte_multi_stream_cublas_gemm). Costed at the curve's efficiency for 4 experts' FLOPs together: measured
+# (benchmarks/real/moe_expert_streams.py, H100, 4-stream cuBLAS loop replayed from a CUDA graph, 18 points of
+# 8-128 experts x 64-8192 tokens) measured/model median 0.96 (0.80-1.30); the whole-launch grouped rule
+# gave 1.06 (0.84-1.71, too fast at <= 512 tokens per expert). dgrad + wgrad took 2.06 x the forward
+# (1.61-2.55), as the 2 x every GEMM's backward is charged.
+TE_GEMM_STREAMS = 4
 
 
 @dataclass(frozen=True)
@@ -100,7 +108,10 @@ def gemm_time_s(g: Gemm, r: ChipRates, passes: float = 1.0, bwd: bool = False) -
     # call's size. So does a grouped expert GEMM (one launch over the local experts: its tiles fill the
     # chip together; GROUPED_GEMM note above); looped expert GEMMs are sized by one expert's tokens:
     # small experts fill the chip as poorly as a small GEMM does.
-    eff = curve.at(g.flops if attention or g.kind == "expert_grouped" else g.flops_each)
+    # Transformer Engine's GroupedLinear (Megatron TEGroupedMLP; kind "expert_streams") runs one cuBLAS GEMM
+    # per expert over TE_GEMM_STREAMS streams: as many experts fill the chip together.
+    eff = curve.at(g.flops if attention or g.kind == "expert_grouped" else
+                   min(TE_GEMM_STREAMS, g.count) * g.flops_each if g.kind == "expert_streams" else g.flops_each)
     if r.gemm_scale != 1.0:     # a refit calibration (specs/calibration.py); 1.0 leaves the curve untouched
         eff = min(1.0, eff * r.gemm_scale)
     if g.kind == "attention_flash":
@@ -128,7 +139,7 @@ def gemm_time_s(g: Gemm, r: ChipRates, passes: float = 1.0, bwd: bool = False) -
     else:
         traffic = g.count * (g.m * g.k * in_bytes + g.k * g.n * in_bytes + g.m * g.n * r.act_bytes)
     t_mem = traffic / r.hbm_Bps
-    if g.kind == "expert_grouped":
+    if g.kind in ("expert_grouped", "expert_streams"):
         t_mem /= GROUPED_GEMM_MEM_FRACTION
     return passes * max(t_compute, t_mem)
 

@@ -34,15 +34,18 @@ from baige_plan.cost.memory import (
     GIB,
     bf16_grad_reduce,
     comm_groups,
+    fp8_layer_weight_bytes,
     inflight_microbatches,
     layer_activation_bytes,
     loss_bytes_per_logit,
+    outside_gib,
     precision_state_bytes,
     reserve_bytes,
+    slack_bytes,
     state_bytes,
     weight_bytes,
 )
-from baige_plan.cost.moe import moe_layer_terms
+from baige_plan.cost.moe import expert_gemm_kind, moe_layer_terms
 from baige_plan.cost.params import layer_params_split
 from baige_plan.specs.calibration import COMMITTED, Calibration
 from baige_plan.specs.job import JobSpec
@@ -96,6 +99,10 @@ class StageCost:
     optimizer_s_per_param: float | None = None
     # (component, "analytical" | "measured:<profile>" | both joined by "+"): which numbers are measured
     sources: tuple[tuple[str, str], ...] = ()
+    # the caching allocator's reserved - allocated at the peak (cost/memory.py slack_bytes); other_gib counts only
+    # its unreclaimable part, + the memory outside the allocator (outside_gib: CUDA context, NCCL buffers)
+    slack_gib: float = 0.0
+    outside_gib: float = 0.0
 
     @property
     def time_s(self) -> float:
@@ -103,7 +110,19 @@ class StageCost:
 
     @property
     def memory_gib(self) -> float:
+        """What the stage needs of a device: allocated tensors + unreclaimable allocator fragmentation +
+        context and NCCL buffers (`fits` compares this with capacity x --max-memory-frac)."""
         return self.weights_gib + self.grads_gib + self.optimizer_gib + self.activations_gib + self.other_gib
+
+    @property
+    def allocated_gib(self) -> float:
+        """The allocated peak (torch.cuda.max_memory_allocated)."""
+        return self.weights_gib + self.grads_gib + self.optimizer_gib + self.activations_gib
+
+    @property
+    def reserved_peak_gib(self) -> float:
+        """What nvidia-smi shows at the peak: allocated + the allocator's whole reserve + context and NCCL."""
+        return self.allocated_gib + self.slack_gib + self.outside_gib
 
 
 @dataclass(frozen=True)
@@ -135,6 +154,13 @@ class Estimate:
     def memory_limit_gib(self) -> float:
         """Device memory the plan may use: capacity x --max-memory-frac."""
         return self.capacity_gib * self.memory_frac
+
+    @property
+    def reserved_peak_gib(self) -> float:
+        """The device memory in use at the peak as nvidia-smi shows it (StageCost.reserved_peak_gib, largest
+        stage): peak_memory_gib + the cached blocks the allocator would release under pressure."""
+        stages = [c for _, _, costs, _ in self.shapes for c in costs] if self.shapes else list(self.stages)
+        return max((st.reserved_peak_gib for st in stages), default=self.peak_memory_gib)
 
     @property
     def memory_margin_gib(self) -> float:
@@ -169,9 +195,9 @@ def join_sources(labels: set[str]) -> str:
 
 def _gemm_set(model: ModelSpec, s: StrategySpec, seq_len: int, moe_layer: bool) -> tuple[list[Gemm], list[Gemm]]:
     tokens = s.micro_batch * seq_len / s.cp
-    # fused runtimes run the local experts as one grouped GEMM (Megatron --moe-grouped-gemm, as the
-    # megatron export writes; torchtitan/Automodel grouped_mm); eager PyTorch loops over them
-    lin = linear_gemms(model, tokens, s.tp, moe_layer, s.ep, s.etp, grouped=s.execution != "eager")
+    # the local experts as the runtime launches them (cost/moe.py expert_gemm_kind): TE GroupedLinear's
+    # multi-stream cuBLAS (Megatron --moe-grouped-gemm), torch._grouped_mm (torchtitan), eager loops
+    lin = linear_gemms(model, tokens, s.tp, moe_layer, s.ep, s.etp, grouped=expert_gemm_kind(s))
     att = attention_gemms(model, s.micro_batch, seq_len, s.tp, s.cp, standard=s.attention == "standard")
     if s.attention == "flash":
         att = [Gemm(g.name, g.m, g.n, g.k, g.count, "attention_flash") for g in att]
@@ -197,7 +223,7 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
     dense_p = expert_p = act = act_layer_full = 0.0
     lin, att = _gemm_set(model, s, seq, moe)
     # MoE: the layer's extra terms (cost/moe.py); the busiest EP rank sets the pace (mt.load)
-    mt = moe_layer_terms(model, s, r, tokens, ep_link, etp_link) if moe and model.moe is not None else None
+    mt = moe_layer_terms(model, s, r, tokens, ep_link, etp_link, lin) if moe and model.moe is not None else None
     load = mt.load if mt is not None else 1.0
     g_f = sum(gemm_time_s(g, r) * (load if g.name.startswith("expert_") else 1.0) for g in lin)
     a_f = sum(gemm_time_s(g, r) for g in att)
@@ -221,10 +247,12 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
     core_f = a_f + core_b / r.hbm_Bps
     eager_rec = 0.0
     if s.execution == "eager":
-        # measured eager-PyTorch traffic (cost/execution.py); LayerNorm/residual work is replicated
-        # over TP ranks unless sequence parallelism shards it
+        # measured eager-PyTorch traffic (cost/execution.py); its LayerNorm/residual/cast share is
+        # replicated over TP ranks unless sequence parallelism shards it, the rest (GeLU, attention
+        # layout copies) acts on this rank's ffn/tp, h/tp features
         d_params, e_params = layer_params_split(model, moe)
-        tok_h = tokens * model.hidden / (s.tp if sp else 1)
+        rep = EAGER.tp_replicated_share
+        tok_h = tokens * model.hidden * (rep / (s.tp if sp else 1) + (1 - rep) / s.tp)
         per_layer = EAGER.bytes_per_token_layer_hidden * tok_h
         m_f = (per_layer * EAGER.fwd_share + core_b) / r.hbm_Bps
         m_b = (per_layer * (1 - EAGER.fwd_share) + 2 * core_b + EAGER.bytes_per_param_per_micro_batch
@@ -232,6 +260,8 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
         eager_rec = EAGER.recompute_bytes_per_token_layer_hidden * tok_h / r.hbm_Bps
     lf = g_f + a_f + m_f
     lb = 2 * g_f + a_b + m_b
+    if mt is not None:
+        lb += mt.expert_bwd_extra_s   # torch._grouped_mm experts: backward beyond 2 x forward (cost/moe.py)
     timed = meas is not None and meas.has_times
     if timed:
         lf, lb = meas.forward_s, meas.backward_s
@@ -245,8 +275,10 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
         # without SP an MoE layer also all-reduces the combined expert output over the TP group
         n_ar = n_tp + (1 if moe and s.tp > 1 else 0)
         t_tp = n_ar * C.all_reduce_s(act_sz, tp_link)
-        # eager autocast: the backward all-reduces carry fp32 gradients of the fp32 LayerNorm outputs
-        t_tp_b = n_ar * C.all_reduce_s(act_sz * (2 if s.execution == "eager" else 1), tp_link)
+        # eager autocast: the backward all-reduce carries the gradient of what entered `f`, in the
+        # autocast dtype where the runtime casts before it (cost/execution.py tp_grad_comm_scale)
+        t_tp_b = n_ar * C.all_reduce_s(act_sz * (EAGER.tp_grad_comm_scale if s.execution == "eager" else 1),
+                                       tp_link)
     if s.tp_comm_overlap and s.tp > 1:
         # TE userbuffers split each AG/RS into chunks pipelined with the GEMM they feed or follow:
         # only the part longer than those GEMMs, and the pipeline fill, stays exposed
@@ -499,8 +531,9 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
         # the main-grad buffer is bf16 ("4 + 16/d" row of Megatron's dist_optimizer.md)
         mem = replace(mem, grad_bytes_bf16=BF16_GRAD_BYTES)
     dp_dense = s.dp * s.cp
-    w_b, g_b, k_b, st_b = state_bytes(mem, job.precision, s.zero, dp_dense)
-    we_b, ge_b, ke_b, ste_b = state_bytes(mem, job.precision, s.zero, s.edp)
+    kb = getattr(s, "optimizer_bytes_per_param", 0.0) or None   # a recipe's optimizer state (cost/memory.py)
+    w_b, g_b, k_b, st_b = state_bytes(mem, job.precision, s.zero, dp_dense, kb)
+    we_b, ge_b, ke_b, ste_b = state_bytes(mem, job.precision, s.zero, s.edp, kb)
     weights = dense_p * w_b + expert_p * we_b
     grads = dense_p * g_b + expert_p * ge_b
     optim = dense_p * k_b + expert_p * ke_b
@@ -509,7 +542,10 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
     pb = 4 if fp32 else mem.zero3_param_bytes      # a gathered parameter (FSDP2 param_dtype)
     fsdp = s.zero >= 3 or mem.fsdp_always
     if job.precision == "fp8":
-        weights += mem.fp8_weight_cache_bytes * max(dense_p + expert_p - emb_p, 0.0)   # TE's cached fp8 weights
+        # TE's cached fp8 weight + transpose over bf16 weights, or fp8 primary weights (--fp8-param-gather)
+        # replacing the 16-bit copy (cost/memory.py fp8_layer_weight_bytes); embedding and output layer stay bf16
+        primary = bool(getattr(s, "fp8_param_gather", False)) and s.zero < 3
+        weights += fp8_layer_weight_bytes(mem, primary) * max(dense_p + expert_p - emb_p, 0.0)
     if fsdp and rt.zero3_gather(s.pp) == "step":
         # pipelining + FSDP2 keeps the stage unsharded through the step: 16-bit parameters, and gradients
         # accumulated unsharded in reduce_dtype (torch.distributed.pipelining backward_maybe_with_nosync;
@@ -537,7 +573,8 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
     # the step's fp32 gradient copy exists from the step to the next zero_grad, when activations are freed
     optim += max(0.0, step_copy - activations)
     allocated = weights + grads + optim + activations
-    other = reserve_bytes(mem, allocated, comm_groups(s.tp, s.cp, s.dp, s.pp, s.ep, s.etp))
+    groups = comm_groups(s.tp, s.cp, s.dp, s.pp, s.ep, s.etp)
+    other = reserve_bytes(mem, allocated, groups)   # unreclaimable allocator fragmentation + context + NCCL
     opt_rate = adam_bytes_per_param(job.precision) / r.hbm_Bps
     if entry is not None and entry.optimizer_s_per_param is not None:
         opt_rate = entry.optimizer_s_per_param
@@ -550,7 +587,8 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
                      weights_gib=weights / GIB, grads_gib=grads / GIB, optimizer_gib=optim / GIB,
                      activations_gib=activations / GIB, other_gib=other / GIB,
                      dense_params=dense_p, expert_params=expert_p, hw_flops=hw_flops,
-                     optimizer_s_per_param=opt_rate, sources=sources)
+                     optimizer_s_per_param=opt_rate, sources=sources,
+                     slack_gib=slack_bytes(mem, allocated) / GIB, outside_gib=outside_gib(mem, groups))
 
 
 @dataclass(frozen=True)
@@ -567,6 +605,9 @@ class DpTraffic:
     reduction that cannot overlap (the last bucket: one layer of gradients); zero3_s: ZeRO-3 gathers
     and reduce-scatters issued per micro-batch (their own overlap model, `zero3_compute_s`);
     extra_s: once-per-step traffic callers add (cross-shape sync), in the last reduction's window.
+    tail_s: time from the end of this stage's last backward to the end of the pipeline's (stage 0's):
+    in 1F1B the last micro-batch's backward still runs on the stages before this one, so what the last
+    reduction exposes past its own backward hides under that too (0 for stage 0, which finishes last).
     """
 
     grads_s: float = 0.0
@@ -579,6 +620,7 @@ class DpTraffic:
     zero3_compute_s: float = 0.0
     extra_s: float = 0.0
     zero3_overlap: float = ZERO3_OVERLAP   # Calibration.zero3_overlap
+    tail_s: float = 0.0
 
     @property
     def total_s(self) -> float:
@@ -592,8 +634,9 @@ class DpTraffic:
         min(C, M) - C."""
         def over(x: float) -> float:
             return max(x * self.last_bucket, x - self.grad_window_s) if self.grad_window_s > 0 else x
-        g = (self.reductions - 1) * over(self.grads_s) + over(self.grads_s + self.extra_s) if self.reductions \
-            else over(self.extra_s)
+        last = over(self.grads_s + self.extra_s) if self.reductions else over(self.extra_s)
+        g = (self.reductions - 1) * over(self.grads_s) + max(0.0, last - self.tail_s) if self.reductions \
+            else max(0.0, last - self.tail_s)
         p = max(0.0, self.params_s - self.param_window_s)
         z = 0.0
         if self.zero3_s > 0:
@@ -606,10 +649,10 @@ class DpTraffic:
 
 
 def dp_traffic(st: StageCost, group: GroupSpec, s: StrategySpec, job: JobSpec, m: int,
-               calibration: Calibration | None = None) -> DpTraffic:
+               calibration: Calibration | None = None, tail_s: float = 0.0) -> DpTraffic:
     """DP/ZeRO traffic of one stage per step, with the runtime's schedule of it (runtimes/NAME.py):
     when gradients are reduced (once per step or per micro-batch), what they overlap, and when ZeRO's
-    parameter all-gather runs."""
+    parameter all-gather runs. `tail_s`: DpTraffic.tail_s (pipelines: the later stages' lead)."""
     rt = runtimes.get(s.runtime)
     dpn = group.devices_per_node
     dp_n = s.dp * s.cp
@@ -634,7 +677,7 @@ def dp_traffic(st: StageCost, group: GroupSpec, s: StrategySpec, job: JobSpec, m
             # backward; the stage's parameters stay unsharded in between
             return DpTraffic(grads_s=C.reduce_scatter_s(size, z_link), grad_window_s=st.bwd_s * (1 - 1 / n_layers),
                              params_s=C.all_gather_s(size, z_link), param_window_s=st.fwd_s,
-                             last_bucket=1 / n_layers)
+                             last_bucket=1 / n_layers, tail_s=tail_s)
         per_mb = 3 * C.all_gather_s(size, z_link)
         per_mb += 3 * max(0, n_layers * zero3_collectives_per_layer(s) - 1) * C.latency_s(z_link, "all_gather")
         return DpTraffic(reductions=0, zero3_s=per_mb * m, zero3_compute_s=m * st.time_s,
@@ -655,7 +698,7 @@ def dp_traffic(st: StageCost, group: GroupSpec, s: StrategySpec, job: JobSpec, m
     return DpTraffic(grads_s=grads, reductions=m if sync.grads == "micro_batch" else 1,
                      grad_window_s=st.bwd_s * (1 - 1 / n_layers) if overlapped else 0.0,
                      params_s=params, param_window_s=st.fwd_s if sync.params == "next_forward" else 0.0,
-                     last_bucket=1 / n_layers)
+                     last_bucket=1 / n_layers, tail_s=tail_s)
 
 
 def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, s: StrategySpec,
@@ -683,7 +726,11 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, s: StrategySp
 
     dp_total = dp_exposed = 0.0
     for st in stages:
-        traffic = dp_traffic(st, group, s, job, m, calibration)
+        # 1F1B cool-down: the last micro-batch's backward runs on stage i, then on i-1, ... 0, so stage i
+        # ends sum_{j<i} t_b,j / v before stage 0 (measured on 4x H200, docs/VALIDATION.md "TP and
+        # micro-batch": gpt-1.3b pp2 x dp2 stage 1 reaches its optimizer 51-56 ms before stage 0)
+        tail = sum(o.bwd_s for o in stages[:st.index]) / s.vpp
+        traffic = dp_traffic(st, group, s, job, m, calibration, tail_s=tail)
         if traffic.exposed_s >= dp_exposed:
             dp_exposed, dp_total = traffic.exposed_s, traffic.total_s
     # Optimizer step: memory-bound Adam over the locally owned (ZeRO-sharded) parameters.

@@ -37,6 +37,22 @@ class EagerTraffic:
     extra_activation_bytes_per_token_layer_hidden: float = 53.0 - 34.0   # of which 4 B: fp32 LayerNorm
     replicated_extra_activation_bytes: float = 4.0                       # inputs, replicated over TP ranks
     extra_loss_activation_bytes_per_logit: float = 9.0 - 6.0
+    # Under tensor parallelism without SP only part of the per-layer traffic is repeated on every rank:
+    # LayerNorms (forward, backward, gamma/beta reductions), the fp32 residual adds, the casts of the
+    # LayerNorm outputs to bf16 and the row-parallel bias adds act on all h features; GeLU and its
+    # backward, the attention-output layout copy and the q/k/v gradient concatenation act on this
+    # rank's ffn/tp or h/tp features. Measured share of the replicated part: 0.49, from the kernel
+    # traces of gpt-1.3b TP4 vs TP2 x DP2 at micro-batch 16 on 4x H200 (equal tokens per rank;
+    # benchmarks/real/raw_h200x4_mb/, tp_mb_traces.py): per-layer non-GEMM kernels (loss, embedding,
+    # optimizer and DDP copies excluded) 102.2 ms at tp 4, 123.5 ms at tp 2 -> replicated R = 2 T4 - T2
+    # = 80.9 ms, sharded S = 4 (T2 - T4) = 85.2 ms, share 0.487 (rank 3: 0.499; micro-batch 4: 0.453);
+    # R + S = 166 ms is the 409 B x tokens x layers x hidden of the tp = 1 fit (155 ms at 4.25 TB/s) + casts.
+    tp_replicated_share: float = 0.49
+    # Bytes of a backward TP all-reduce (`f`, the input gradient of a column-parallel layer) per byte of
+    # the forward one's: 1, the gradient is in the autocast dtype because the harness (like Megatron)
+    # casts to bf16 before `f` (benchmarks/real/harness.py `copy_to_tp`); the TP4 traces show 97 of
+    # 97 NCCL all-reduces per step as AllReduce_Sum_bf16 (the 4 fp32 ones: embedding and loss).
+    tp_grad_comm_scale: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -45,8 +61,8 @@ class EagerHost:
     harness traces (`cpu_ops_per_step`): 290 per transformer layer (125M/350M/1.3B and per PP stage
     alike), +133 per layer recomputed, +36 per layer of DDP hooks, +179 of FSDP2 hooks (counted only:
     FSDP2's host time is its measured hook time, `Fsdp2Host`, not ops x 4.75 us), +18 of TP
-    collectives; an MoE layer with a looped expert dispatcher adds 120 + 84 per local expert; ~120
-    per step outside the layers. 4.75 us per op: the host-bound MoE steps (26,005 ops, 0.1236 s).
+    collectives (counted only: TP's host time is its measured per-call time, `tp_collective_s`); an MoE
+    layer with a looped expert dispatcher adds 120 + 84 per local expert; ~120 per step outside the layers. 4.75 us per op: the host-bound MoE steps (26,005 ops, 0.1236 s).
     Expert-parallel all-to-alls with data-dependent split sizes synchronise host and device at every
     MoE layer, so their host and device time add instead of overlapping.
 
@@ -65,7 +81,17 @@ class EagerHost:
     recompute_ops_per_layer: float = 133.0
     ddp_ops_per_layer: float = 36.0
     fsdp_ops_per_layer: float = 179.0      # counted; costed by Fsdp2Host instead
-    tp_ops_per_layer: float = 18.0
+    tp_ops_per_layer: float = 18.0        # counted; costed by tp_collective_s / tp_passthrough_s instead
+    # Megatron-style TP on plain tensors (benchmarks/real/harness.py `_tp_layers`): per layer and pass two
+    # autograd Functions issue an NCCL all-reduce through ProcessGroupNCCL (`g` forward,
+    # `f` backward) and two pass a tensor through (`f` forward, `g` backward). Host time per call, from
+    # the profiled steps of gpt-1.3b TP4 at micro-batch 1 and 4 on 4x H200 (host-bound; ranks 0 and 3;
+    # top-level `_Reduce` / `_CopyBackward` ranges, nested c10d::allreduce_ included, each trace scaled by
+    # its rank's unprofiled / profiled host time 0.57-0.78; benchmarks/real/tp_mb_traces.py): 120-142 us,
+    # median 136 us per all-reduce call; the pass-through ones 9.4-12.0 us, median 10.4 us.
+    # Full recomputation re-runs the forward's calls.
+    tp_collective_s: float = 136e-6
+    tp_passthrough_s: float = 10.4e-6
     moe_ops_per_layer: float = 120.0
     moe_ops_per_local_expert: float = 84.0
     ops_per_step: float = 120.0
@@ -129,10 +155,14 @@ def eager_host_s(n_layers: int, n_moe: int, local_experts: float, recompute_full
         fsdp = units * (FSDP2_HOST.unit_s + FSDP2_HOST.optimizer_unit_s / max(1, micro_batches))
     elif ddp:
         per_layer += h.ddp_ops_per_layer
+    tp_s = 0.0
     if tp > 1:
-        per_layer += h.tp_ops_per_layer
+        # calls of each kind (all-reduce, pass-through): 2 per pass per dense layer (attention + MLP),
+        # forward and backward; an MoE layer's attention half; full recomputation repeats the forward's
+        calls = (4 * (n_layers - n_moe) + 2 * n_moe) * (1.5 if recompute_full else 1.0)
+        tp_s = calls * (h.tp_collective_s + h.tp_passthrough_s)
     ops = n_layers * per_layer + n_moe * eager_moe_layer_ops(local_experts, recompute_full, ddp, ep, expert_ddp)
-    return ops * h.us_per_op * 1e-6 + fsdp
+    return ops * h.us_per_op * 1e-6 + fsdp + tp_s
 
 
 def eager_moe_layer_ops(local_experts: float, recompute_full: bool, ddp: bool, ep: int, expert_ddp: bool) -> float:

@@ -141,14 +141,15 @@ def expert_load_factor(router: str, mean_tokens: float, experts_per_rank: int, r
 
 
 def linear_gemms(model: ModelSpec, tokens: float, tp: int, moe: bool, ep: int = 1, etp: int = 1,
-                 grouped: bool = False) -> list[Gemm]:
+                 grouped: bool | str = False) -> list[Gemm]:
     """Weight GEMMs of one layer's forward on one device, Megatron column/row-parallel split.
 
     tokens = micro_batch * seq_len / cp on this device (before SP gathering).
-    Expert GEMMs: `grouped` = one grouped-GEMM launch over the local experts (Megatron
-    `--moe-grouped-gemm`/TE GroupedLinear, torchtitan and Automodel grouped_mm; kind "expert_grouped"),
-    else one GEMM per expert (SequentialMLP loop, eager PyTorch; kind "linear"). Either way each
-    expert's GEMM has M = tokens_per_expert(...)."""
+    Expert GEMMs: `grouped` True = one grouped-GEMM launch over the local experts (torch._grouped_mm:
+    torchtitan; kind "expert_grouped"), False = one GEMM per expert (SequentialMLP loop, eager PyTorch;
+    kind "linear"), or the kind itself ("expert_streams": Transformer Engine GroupedLinear, one cuBLAS GEMM
+    per expert over 4 streams, what Megatron `--moe-grouped-gemm` runs; cost/moe.py expert_gemm_kind).
+    Either way each expert's GEMM has M = tokens_per_expert(...)."""
     h = model.hidden
     out = [Gemm("qkv", tokens, (model.q_dim + 2 * model.kv_dim) / tp, h),
            Gemm("attn_proj", tokens, h, model.q_dim / tp)]
@@ -165,7 +166,7 @@ def linear_gemms(model: ModelSpec, tokens: float, tp: int, moe: bool, ep: int = 
     # topk*e_ffn split tp ways.
     local_experts = e.experts / ep
     m = tokens_per_expert(model, tokens, tp, ep, etp)
-    kind = "expert_grouped" if grouped else "linear"
+    kind = grouped if isinstance(grouped, str) else "expert_grouped" if grouped else "linear"
     out += [Gemm("router", tokens, e.experts, h),
             Gemm("expert_up", m, up * e.expert_ffn_hidden / etp, h, local_experts, kind),
             Gemm("expert_down", m, h, e.expert_ffn_hidden / etp, local_experts, kind)]

@@ -24,8 +24,10 @@ flash attention (which stores the output and fp32 log-sum-exp instead of the s x
 torchtitan's op-level selective AC stores other tensors: `op_sac_layer_bytes`.
 
 Outside the tensors (docs/COST_MODEL.md "Memory model"): the caching allocator reserves more than is
-allocated (ALLOCATOR_SLACK x the allocated peak), and the CUDA context, kernel libraries and NCCL buffers
-live outside it (CUDA_CONTEXT_GIB, NCCL_FIRST_GIB, NCCL_GROUP_GIB): `reserve_bytes`.
+allocated (ALLOCATOR_SLACK x the allocated peak: the reserved peak a user sees), but gives every cached segment
+without a live block back when a reservation fails, so only ALLOCATOR_UNRECLAIMABLE x allocated counts against
+capacity; the CUDA context, kernel libraries and NCCL buffers live outside it (CUDA_CONTEXT_GIB, NCCL_FIRST_GIB,
+NCCL_GROUP_GIB): `reserve_bytes` (what counts), `slack_bytes` (what the reserved peak adds).
 """
 
 from __future__ import annotations
@@ -40,6 +42,12 @@ FP32_PRECISIONS = ("fp32", "tf32")
 # reserved / allocated - 1 at the peak, median of the 34 runs of benchmarks/real/runs_h200.yaml and runs_h100.yaml
 # (torch.cuda.max_memory_reserved / max_memory_allocated; range 0.024-0.345, p90 0.206)
 ALLOCATOR_SLACK = 0.072
+# the part of that slack a step cannot do without: every pattern of benchmarks/real/alloc_reclaim.py (a whole model,
+# pipeline rank 0 of 4 stages in 1F1B and interleaved (3 chunks) order; 15.5-28.2 GiB allocated) completed with its
+# reserved memory capped at 1.01 x its uncapped allocated peak (torch.cuda.set_per_process_memory_fraction;
+# the allocator freed cached segments and retried, num_alloc_retries up to 11), with and without
+# expandable_segments: benchmarks/real/alloc_reclaim_h100.yaml (H100, torch 2.11 cu130). An upper bound
+ALLOCATOR_UNRECLAIMABLE = 0.01
 # device memory outside the allocator (benchmarks/real/memory_overhead.py -> memory_overhead_h200.yaml; H200,
 # torch 2.11 cu130, NCCL 2.28.9, NVLS off): CUDA context with cuBLAS/cuDNN handles and workspaces after a GEMM,
 # flash-SDPA and cross-entropy forward/backward; NCCL buffers of the first communicator after all-reduce,
@@ -76,7 +84,7 @@ def precision_state_bytes(precision: str, grad_bytes: float = 4) -> tuple[float,
     return 2.0, float(grad_bytes), float(ADAM_K_BYTES)
 
 
-def state_bytes(mem, precision: str, zero: int, shards) -> tuple[float, float, float, float]:
+def state_bytes(mem, precision: str, zero: int, shards, k_bytes: float | None = None) -> tuple[float, float, float, float]:
     """(weights, grads, optimizer, step-time gradient copy) bytes per parameter on one device, as the
     runtime allocates them (`mem`: specs/runtime.py MemorySemantics), ZeRO-sharded over `shards` (dp x cp,
     or the expert-data-parallel ranks; a number or a numpy array).
@@ -87,6 +95,11 @@ def state_bytes(mem, precision: str, zero: int, shards) -> tuple[float, float, f
         params and fp32 grads: 2 + 4 + 12/d = "6 + 12/d", with 16-bit grads 2 + 2 + 16/d = "4 + 16/d"
         (Megatron-LM docs/source/api-guide/dist_optimizer.md table);
       master "params" (FSDP2, autocast): 4 + 4 + 8 (+ 2 of autocast's kept cast when not sharded).
+    `k_bytes` (the strategy's optimizer_bytes_per_param) replaces the 12 of a separate master: 10 when the fp32
+      master is kept as the 16-bit remainder beside the bf16 parameter (Megatron-core optimizer_config.py
+      store_param_remainders with --use-precision-aware-optimizer, distrib_optimizer.py; apex
+      DistributedFusedAdam store_param_remainders, which NeMo 1 megatron_base_model.py picks for bf16 O2 with
+      fp32 optimizer state): 2 + Adam m, v 8; 4 with bf16 m, v and no master (apex, optimizer dtype bf16).
     ZeRO: 1 shards the optimizer (and the step copy), 2 also the grads, 3 also the weights."""
     step = 0.0
     if precision in FP32_PRECISIONS:
@@ -96,7 +109,7 @@ def state_bytes(mem, precision: str, zero: int, shards) -> tuple[float, float, f
         if mem.autocast_fp32_params and zero < 3:
             w += 2.0
     else:
-        w, g, k = 2.0, float(mem.grad_bytes(precision, zero)), float(ADAM_K_BYTES)
+        w, g, k = 2.0, float(mem.grad_bytes(precision, zero)), float(k_bytes or ADAM_K_BYTES)
         if g < 4:
             step = float(mem.step_grad_bytes)
     w = w / shards if zero >= 3 else w
@@ -138,8 +151,29 @@ def outside_gib(mem, groups):
 
 
 def reserve_bytes(mem, allocated_bytes, groups):
-    """What the device holds beyond the allocated tensors: allocator slack + outside the allocator."""
-    return allocated_bytes * mem.allocator_slack + outside_gib(mem, groups) * GIB
+    """What the device needs beyond the allocated tensors, i.e. what counts against capacity: the allocator's
+    unreclaimable fragmentation (`mem.allocator_unreclaimable` x allocated: PyTorch releases every other cached
+    block and retries before it reports out of memory) + outside the allocator (context, NCCL buffers)."""
+    return allocated_bytes * mem.allocator_unreclaimable + outside_gib(mem, groups) * GIB
+
+
+def slack_bytes(mem, allocated_bytes):
+    """Reserved minus allocated at the peak (`mem.allocator_slack` x allocated): what
+    torch.cuda.max_memory_reserved (and nvidia-smi) shows beyond the tensors; reserve_bytes counts only its
+    unreclaimable part."""
+    return allocated_bytes * mem.allocator_slack
+
+
+def fp8_layer_weight_bytes(mem, primary: bool, weight16_bytes: float = 2.0) -> float:
+    """Bytes per transformer-layer parameter that fp8 training through Transformer Engine adds to the
+    16-bit weight (`weight16_bytes`) the model states already count:
+      bf16 primary weights: the cached fp8 weight + transpose, `mem.fp8_weight_cache_bytes` (+2 in Megatron);
+      fp8 primary weights (`primary`: --fp8-param-gather, when the runtime has them, mem.fp8_param_bytes > 0):
+        the fp8 data + transpose replace the 16-bit weight: fp8_param_bytes - weight16_bytes (2 - 2 = 0).
+    Embedding and output layer stay 16-bit (TE linears only), so the caller passes layer parameters."""
+    if primary and mem.fp8_param_bytes:
+        return float(mem.fp8_param_bytes) - weight16_bytes
+    return float(mem.fp8_weight_cache_bytes)
 
 
 def model_state_bytes_per_param(zero: int, dp: int, weight_bytes: float = 2, grad_bytes: float = 4,

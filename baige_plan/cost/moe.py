@@ -6,6 +6,24 @@ Pure functions of the model, strategy and chip rates; the expert GEMMs themselve
 cost/flops.py `linear_gemms` (sizes) and cost/compute.py `gemm_time_s` (grouped/looped rates), the
 routing and permutation bytes cost/compute.py `moe_dispatch_bytes`, the load factor cost/flops.py
 `expert_load_factor`, eager host operations cost/execution.py `eager_moe_layer_ops`.
+
+What depends on the runtime (each from its source):
+- the router of a benchmark run (`moe_router`): Megatron-core's `moe_router_force_load_balancing` (the
+  switch NeMo / Megatron-Bridge MoE benchmarks set) replaces the router logits by random normal ones
+  (megatron/core/transformer/moe/router.py TopKRouter.forward -> moe_utils.py apply_random_logits /
+  RandomSTE, core_v0.15.0): each token takes top-k of random logits, i.e. k experts uniformly at random,
+  so per-expert counts are random (flops.expert_load_factor "random"), not equal; our harness's
+  `balanced` router is exact (i*k + j) % E;
+- fp8 padding of the grouped GEMM inputs (`fp8_padding_bytes`): Megatron's TEGroupedMLP pads every
+  expert's rows to a multiple of 16 (Transformer Engine Fp8Padding / Fp8Unpadding, TE 2.x
+  pytorch/module/fp8_padding.py: a no-op only when every count already is one) unless
+  `moe_router_padding_for_fp8` pads the routing map instead (off in the Megatron-Bridge 25.x recipes);
+- the expert GEMM backward (`grouped_mm_bwd_extra_s`): torch._grouped_mm (torchtitan's
+  `_run_experts_grouped_mm`) differentiates into a grouped dgrad and a K-grouped weight gradient that
+  runs well below the forward's rate (GROUPED_MM_BWD_OVER_FWD, measured); Transformer Engine's
+  GroupedLinear on Hopper issues one cuBLAS GEMM per expert over 4 streams (te_general_grouped_gemm ->
+  nvte_multi_stream_cublas_gemm, "for now, we only have multi-stream cublas backend"), whose dgrad + wgrad
+  take 2.0x the forward as a dense GEMM's do (the same measurement).
 """
 
 from __future__ import annotations
@@ -13,21 +31,76 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from baige_plan.cost import collectives as C
-from baige_plan.cost.compute import ChipRates, moe_dispatch_bytes
-from baige_plan.cost.flops import expert_load_factor, tokens_per_expert
+from baige_plan.cost.compute import ChipRates, gemm_time_s, moe_dispatch_bytes
+from baige_plan.cost.flops import Gemm, expert_load_factor, tokens_per_expert
 from baige_plan.specs.model import ModelSpec
 from baige_plan.specs.strategy import StrategySpec
 
 MOE_DISPATCHER = "alltoall"   # Megatron-Bridge/NeMo MoE recipes, the megatron export and the harness
-MOE_ROUTER = "balanced"       # the measured runs force-balance routing; flops.expert_load_factor
+MOE_ROUTER = "balanced"       # exact balance (our harness's router); flops.expert_load_factor
+# Runtimes whose benchmark runs force-balance routing with random logits (Megatron-core
+# moe_router_force_load_balancing: router.py -> moe_utils.apply_random_logits, RandomSTE, core_v0.15.0)
+RANDOM_FORCE_BALANCE_RUNTIMES = ("megatron", "flagscale")
+# Megatron-core TEGroupedMLP (experts.py, core_v0.15.0) pads each expert's rows for fp8 GEMMs
+TE_GROUPED_MLP_RUNTIMES = ("megatron", "flagscale")
+FP8_ROW_ALIGN = 16           # Transformer Engine Fp8Padding align_size for per-tensor fp8 (MXFP8: 32; not told apart)
+# Runtimes whose experts run through torch._grouped_mm (torchtitan models/moe: _run_experts_grouped_mm)
+GROUPED_MM_RUNTIMES = ("torchtitan",)
+# torch._grouped_mm backward / forward time (autograd: grouped dgrad + K-grouped wgrad), median over the 28
+# device-bound points (forward >= 0.1 ms) of two runs, benchmarks/real/moe_expert_streams_h100{_run1,}.raw.json
+# (H100, torch 2.11; Qwen3-30B-A3B / gpt-oss-120b / harness expert shapes, 8-128 experts x 64-8192 tokens;
+# quartiles 2.6-4.5: about 2.2-2.6 at >= 4096 tokens per expert, 4-4.9 where weight-bound); TE's 4-stream
+# cuBLAS loop measured 2.06 (1.61-2.55) on the same points (compute.TE_GEMM_STREAMS).
+GROUPED_MM_BWD_OVER_FWD = 3.3
+
+
+def expert_gemm_kind(s: StrategySpec) -> str:
+    """Gemm kind of the expert GEMMs as `s.runtime` launches them (flops.linear_gemms, compute.gemm_time_s):
+    eager PyTorch loops ("linear"); Megatron-family runtimes run TE GroupedLinear ("expert_streams": one cuBLAS
+    GEMM per expert over 4 streams, Megatron experts.py TEGroupedMLP); the others one grouped launch
+    ("expert_grouped", torch._grouped_mm)."""
+    if s.execution == "eager":
+        return "linear"
+    return "expert_streams" if s.runtime in TE_GROUPED_MLP_RUNTIMES else "expert_grouped"
+
+
+def moe_router(runtime: str) -> str:
+    """The router a run of `runtime` is costed with (flops.expert_load_factor): "random" where its
+    benchmark force-balance draws random logits (RANDOM_FORCE_BALANCE_RUNTIMES), else MOE_ROUTER."""
+    return "random" if runtime in RANDOM_FORCE_BALANCE_RUNTIMES else MOE_ROUTER
 
 
 def moe_load(model: ModelSpec, s: StrategySpec, tokens: float) -> float:
-    """Busiest EP rank's expert load over the mean under MOE_ROUTER (flops.expert_load_factor)."""
+    """Busiest EP rank's expert load over the mean under the runtime's router (flops.expert_load_factor)."""
     e = model.moe
     assert e is not None
-    return expert_load_factor(MOE_ROUTER, tokens_per_expert(model, tokens, s.tp, s.ep, s.etp) / s.etp,
+    return expert_load_factor(moe_router(s.runtime), tokens_per_expert(model, tokens, s.tp, s.ep, s.etp) / s.etp,
                               e.experts // s.ep, s.ep)
+
+
+def fp8_padding_bytes(model: ModelSpec, tokens: float, tp: int, ep: int, etp: int, act_bytes: int,
+                      router: str) -> float:
+    """HBM bytes of Transformer Engine's fp8 row padding around one MoE layer's grouped expert GEMMs on one
+    device, per pass (forward: Fp8Padding of the R permuted input rows + Fp8Unpadding of the R output rows,
+    each a read and a write of R x h; backward: the same two copies of the gradients): 4 R h b, where R =
+    (tokens/tp) k etp rows reach the local experts. Zero when every expert's count is a multiple of
+    FP8_ROW_ALIGN (exact balance with m % 16 == 0): TE then returns the input as is; random counts
+    (router "random") are essentially never all aligned. The fp32 probabilities padded beside them
+    (R x 4 B) are left out."""
+    e = model.moe
+    assert e is not None
+    m = tokens_per_expert(model, tokens, tp, ep, etp)
+    if router == "balanced" and float(m).is_integer() and int(m) % FP8_ROW_ALIGN == 0:
+        return 0.0
+    rows = tokens / tp * e.top_k * etp
+    return 4.0 * rows * model.hidden * act_bytes
+
+
+def grouped_mm_bwd_extra_s(expert_gemms: list[Gemm], r: ChipRates, load: float) -> float:
+    """Seconds the torch._grouped_mm backward of one MoE layer's expert GEMMs takes beyond the 2 x forward
+    every GEMM is charged: (GROUPED_MM_BWD_OVER_FWD - 2) x their forward time (x the busiest rank's load)."""
+    fwd = sum(gemm_time_s(g, r) for g in expert_gemms if g.kind == "expert_grouped")
+    return (GROUPED_MM_BWD_OVER_FWD - 2.0) * fwd * load
 
 
 def moe_dispatch_comm_s(model: ModelSpec, tokens: float, tp: int, ep: int, etp: int, act_bytes: int,
@@ -69,20 +142,33 @@ class MoeLayerTerms:
     """What one MoE layer adds on one device per micro-batch, beyond its attention and expert GEMMs.
 
     load: the busiest EP rank's expert load over the mean (scales the expert GEMMs and the all-to-alls);
-    dispatch_fwd_s / dispatch_bwd_s: routing + token permutation of the fused dispatcher as HBM seconds
-    (compute.moe_dispatch_bytes / achievable HBM; eager execution replaces the layer's memory-bound
-    time with its measured traffic); ep_s: the token-dispatch communication of one pass, x load."""
+    dispatch_fwd_s / dispatch_bwd_s: routing + token permutation of the fused dispatcher, and the fp8 row
+    padding of TE's grouped GEMMs, as HBM seconds (compute.moe_dispatch_bytes + fp8_padding_bytes, over the
+    achievable HBM rate; eager execution replaces the layer's memory-bound time with its measured traffic);
+    ep_s: the token-dispatch communication of one pass, x load; expert_bwd_extra_s: backward seconds of
+    torch._grouped_mm experts beyond 2 x their forward (grouped_mm_bwd_extra_s; 0 for other runtimes)."""
 
     load: float
     dispatch_fwd_s: float
     dispatch_bwd_s: float
     ep_s: float
+    expert_bwd_extra_s: float = 0.0
 
 
 def moe_layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, tokens: float,
-                    ep_link: C.Link, etp_link: C.Link) -> MoeLayerTerms:
-    """The MoE layer's extra terms (MoeLayerTerms) for `tokens` = micro_batch x seq / cp on this device."""
+                    ep_link: C.Link, etp_link: C.Link, lin: list[Gemm] | None = None) -> MoeLayerTerms:
+    """The MoE layer's extra terms (MoeLayerTerms) for `tokens` = micro_batch x seq / cp on this device;
+    `lin`: the layer's weight GEMMs (flops.linear_gemms), whose grouped expert GEMMs set the torch._grouped_mm
+    backward term."""
     load = moe_load(model, s, tokens)
     d_f, d_b = moe_dispatch_bytes(model, tokens, s.tp, s.ep, s.etp, r.act_bytes)
+    if r.dtype == "fp8" and s.execution != "eager" and s.runtime in TE_GROUPED_MLP_RUNTIMES:
+        pad = fp8_padding_bytes(model, tokens, s.tp, s.ep, s.etp, r.act_bytes, moe_router(s.runtime)) * load
+        d_f += pad
+        d_b += pad
     t_ep = moe_dispatch_comm_s(model, tokens, s.tp, s.ep, s.etp, r.act_bytes, ep_link, etp_link) * load
-    return MoeLayerTerms(load=load, dispatch_fwd_s=d_f / r.hbm_Bps, dispatch_bwd_s=d_b / r.hbm_Bps, ep_s=t_ep)
+    extra = 0.0
+    if lin is not None and s.runtime in GROUPED_MM_RUNTIMES:
+        extra = grouped_mm_bwd_extra_s(lin, r, load)
+    return MoeLayerTerms(load=load, dispatch_fwd_s=d_f / r.hbm_Bps, dispatch_bwd_s=d_b / r.hbm_Bps, ep_s=t_ep,
+                         expert_bwd_extra_s=extra)

@@ -16,7 +16,6 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from baige_plan import runtimes
 from baige_plan.cost.estimate import estimate
 from baige_plan.errors import InputError, SpecError
 from baige_plan.io.catalog import Catalog
@@ -41,9 +40,11 @@ def backtest_case(c: RunCase) -> dict:
         e = estimate(c.model, c.cluster, c.job, c.strategy)
     except SpecError as ex:
         raise InputError(c.id, ex.field, ex.reason) from None
-    allocated = e.peak_memory_gib - e.memory_gib["other"]
-    # the caching allocator's reserve at the peak (cost/memory.py reserve_bytes: allocated x allocator_slack)
-    reserved = allocated * (1 + runtimes.get(c.strategy.runtime).memory.allocator_slack)
+    peak_stage = max(e.stages, key=lambda st: st.memory_gib)
+    allocated = peak_stage.allocated_gib
+    # the caching allocator's reserve at the peak, all of it (cost/memory.py slack_bytes: allocated x
+    # allocator_slack), as torch.cuda.max_memory_reserved reports it
+    reserved = allocated + peak_stage.slack_gib
     predicted = reserved if c.measured_memory_kind == "reserved" else allocated
     row = {"id": c.id,
            "measured_step_time_s": c.measured_step_time_s,
@@ -167,6 +168,9 @@ def backtest_cases(cases: list[RunCase], progress=None) -> tuple[list[dict], lis
     for i, c in enumerate(cases):
         if progress is not None:
             progress(i, len(cases))
+        if c.excluded:     # the row says why it is not scored (io/runs.py RunCase.excluded)
+            refused.append({"id": c.id, "field": "excluded", "reason": c.excluded})
+            continue
         try:
             rows.append(backtest_case(c))
         except InputError as ex:

@@ -265,8 +265,12 @@ def _sha256(path: str) -> str:
 
 def loso(paths: list[str | Path], catalog: Catalog, progress: Callable[[str], None] | None = None,
          fitted: tuple[Fitted, ...] = FITTED) -> dict:
-    """The leave-one-source-out document (see the module docstring), floats rounded to 5 digits."""
+    """The leave-one-source-out document (see the module docstring), floats rounded to 5 digits. Rows that
+    say why they are not scored (`excluded`: hardware outside the catalog, a configuration the source leaves
+    incomplete) are listed, not scored, and outside the evaluated share."""
     rows = load_corpus(paths, catalog)
+    excluded = [{"id": r.case.id, "source": r.source, "reason": r.case.excluded} for r in rows if r.case.excluded]
+    rows = [r for r in rows if not r.case.excluded]
     evals = []
     for i, r in enumerate(rows):
         if progress is not None:
@@ -356,6 +360,7 @@ def loso(paths: list[str | Path], catalog: Catalog, progress: Callable[[str], No
         "classes": classes + [memory],
         "not_evaluated": [{"id": ev.row.case.id, "source": ev.row.source, "reason": ev.reason}
                           for ev in evals if not ev.evaluated],
+        "excluded": excluded,
         "rows": [_row_doc(ev, pred_s.get(i)) for i, ev in enumerate(evals)],
         "bands": band_table(rows, evals, pred_s),
     }
@@ -469,6 +474,9 @@ def markdown(doc: dict, command: str) -> str:
     lines += ["", f"A class with fewer than {MIN_ROWS} runs uses the `all` band.", "",
               "## Not evaluated", ""]
     lines += [f"- `{x['id']}` ({x['source']}): {x['reason']}" for x in doc["not_evaluated"]] or ["(none)"]
+    lines += ["", "Not scored (the row says why: hardware outside the catalog, a configuration the source leaves "
+              "incomplete):", ""]
+    lines += [f"- `{x['id']}` ({x['source']}): {x['reason']}" for x in doc.get("excluded", [])] or ["(none)"]
     return "\n".join(lines) + "\n"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -25,25 +26,76 @@ def _s(x: float) -> str:
     return f"{x:.4g} s" if x >= 0.01 or x == 0 else f"{x * 1e3:.3g} ms"
 
 
-def _strat_cells(s: dict) -> list[str]:
-    return [str(s["tp"]), str(s["pp"]), str(s["dp"]), str(s["cp"]), str(s["ep"]), str(s["zero"]),
-            str(s["micro_batch"]), str(s["vpp"]), s["recompute"], "on" if s["sequence_parallel"] else "off"]
+def _knob(k: str, v) -> str:
+    return ("on" if v else "off") if k == "sequence_parallel" else str(v)
+
+
+def _strat_cells(s: dict, equivalent: dict | None = None) -> list[str]:
+    """The strategy's cells; a knob with equivalent values (search/ranking.py dedupe) shows them all: none|selective."""
+    eq = equivalent or {}
+
+    def c(k: str) -> str:
+        return "|".join(_knob(k, v) for v in eq[k]) if k in eq else _knob(k, s[k])
+
+    return [c(k) for k in ("tp", "pp", "dp", "cp", "ep", "zero", "micro_batch", "vpp", "recompute",
+                           "sequence_parallel")]
 
 
 _STRAT_HEAD = ["tp", "pp", "dp", "cp", "ep", "zero", "mb", "vpp", "recompute", "sp"]
 
 
-def ranking_table(plans: list[dict], title: str, idle: list[dict] | None = None) -> Table:
-    """The plans, best first; `idle` ({group, devices, why}: devices the plans leave unused, search/partial.py)
-    goes under the table, one "idle devices" line each."""
-    cap = "\n".join(f"idle devices: {x['group']} {x['devices']}: {x['why']}" for x in idle or [])
-    t = Table(title=title, title_justify="left", caption=cap or None, caption_justify="left")
-    for h in ["#", *_STRAT_HEAD, "step time", "MFU", "tokens/s/dev", "peak GiB"]:
+def _band(p: dict) -> str:
+    b = p.get("step_time_band_s")
+    return f"{b[0]:.3g}-{b[1]:.3g}" if b else "-"
+
+
+def ranking_table(plans: list[dict], title: str, idle: list[dict] | None = None,
+                  notes: list[str] | None = None) -> Table:
+    """The plans in the order shown; `idle` ({group, devices, why}: devices the plans leave unused,
+    search/partial.py) goes under the table, one "idle devices" line each, then `notes` (the tie rule, the
+    published recipe). Ties (search/ranking.py) are marked "~" after the number ("~2": the second tie group);
+    equivalent knobs are joined by "|"."""
+    cap = "\n".join([f"idle devices: {x['group']} {x['devices']}: {x['why']}" for x in idle or []] + (notes or []))
+    # one space between columns (no padding): the table fits 100 columns; ep only when a plan uses it
+    t = Table(title=title, title_justify="left", caption=cap or None, caption_justify="left", box=box.SIMPLE_HEAD,
+              padding=0)
+    ep = any(p["strategy"]["ep"] != 1 for p in plans)
+    keep = [h != "ep" or ep for h in _STRAT_HEAD]
+    for h in ["#", *(h for h, k in zip(_STRAT_HEAD, keep, strict=True) if k), "step time", "band s", "MFU",
+              "tokens/s/dev", "peak GiB"]:
         t.add_column(h, justify="right" if h != "recompute" else "left")
     for i, p in enumerate(plans):
-        t.add_row(str(i + 1), *_strat_cells(p["strategy"]), _s(p["step_time_s"]), f"{p['mfu']:.1%}",
+        g = p.get("tie_group") or 0
+        mark = "" if not p.get("tie") else "~" if g == 1 else f"~{g}"
+        cells = [c for c, k in zip(_strat_cells(p["strategy"], p.get("equivalent")), keep, strict=True) if k]
+        t.add_row(f"{i + 1}{mark}", *cells, _s(p["step_time_s"]), _band(p), f"{p['mfu']:.1%}",
                   f"{p['tokens_per_s_per_device']:,.0f}", f"{p['peak_memory_gib']:.1f}")
     return t
+
+
+def layout_text(s: dict) -> str:
+    """A strategy in a line: tp 4 pp 8 dp 16 vpp 6 mb 1 zero 1 recompute none (cp, ep, vpp when > 1)."""
+    parts = [f"tp {s['tp']}", f"pp {s['pp']}", f"dp {s['dp']}"]
+    parts += [f"{k} {s[k]}" for k in ("cp", "ep", "vpp") if s.get(k, 1) != 1]
+    return " ".join(parts + [f"mb {s['micro_batch']}", f"zero {s['zero']}", f"recompute {s['recompute']}"])
+
+
+def recipe_line(pub: dict | None, top: dict, none_why: str = "") -> str:
+    """The published recipe beside the top plan (io/recipes.py, `published_recipe` of `plan --format json`)."""
+    if pub is None:
+        return f"published recipe: none near{f' ({none_why})' if none_why else ''}"
+    e = pub["estimate"]
+    band = e.get("step_time_band_s")
+    ratio = e["step_time_s"] / top["step_time_s"] - 1
+    vs = "as fast as" if abs(ratio) < 5e-4 else f"{abs(ratio):.1%} {'slower' if ratio > 0 else 'faster'} than"
+    fit = "" if e["fits"] else f", does not fit: {e['peak_memory_gib']:.1f} GiB per device"
+    on = pub.get("measured_on") or {}
+    measured = (f"{_s(pub['measured_step_time_s'])}" if pub.get("measured_step_time_s") else "step time not published")
+    return (f"published recipe: {pub['source']} ({pub['id']}) {layout_text(pub['strategy'])} -> our estimate "
+            f"{_s(e['step_time_s'])}" + (f" ({band[0]:.3g}-{band[1]:.3g} s)" if band else "")
+            + f", {vs} the top plan{fit}; measured there: {measured} on {pub['measured_gpus']} GPUs"
+            + (f" ({on.get('chip')}, {on.get('precision')}, seq {on.get('seq_len')}, global batch "
+               f"{on.get('global_batch')})" if on else ""))
 
 
 def explain_tables(plan: dict, stages: list[dict], title: str) -> list[Table]:
@@ -106,7 +158,7 @@ def runners_table(best: dict, runners: list[dict]) -> Table:
     for i, r in enumerate(runners):
         diff = ", ".join(f"{k} {best['strategy'].get(k)}->{v}" for k, v in r["strategy"].items()
                          if best["strategy"].get(k) != v and k != "global_batch") or "same strategy"
-        t.add_row(str(i + 2), diff, _s(r["step_time_s"]), f"+{(r['step_time_s'] / base - 1):.2%}",
+        t.add_row(str(i + 2), diff, _s(r["step_time_s"]), f"{(r['step_time_s'] / base - 1):+.2%}",
                   f"{r['peak_memory_gib']:.1f}", r["bottleneck"])
     return t
 

@@ -52,6 +52,9 @@ class RunCase:
     # "reserved" (max_memory_reserved: torchtitan's logged memory, metrics.py DeviceMemoryMonitor)
     measured_memory_kind: str = "allocated"
     measured_reserved_gib: float | None = None   # results.reserved_memory_gib beside an allocated peak
+    # why the run is not scored although it loads (row key `excluded`: its hardware is outside the catalog, or the
+    # source leaves a part of its configuration that sets the step time unstated); None: scored
+    excluded: str | None = None
 
 
 def _year(row: dict) -> int | None:
@@ -122,6 +125,60 @@ def _precision(text: Any) -> str:
         if p in t:
             return p
     return "fp16" if ("16" in t or "half" in t) else "bf16"
+
+
+def _nemo_release(par: dict) -> tuple[int, int] | None:
+    """(year, month) of the NeMo container a NeMo / Megatron-Bridge row names ("NeMo 25.11"), else None."""
+    m = re.search(r"nemo\D{0,20}?(\d\d)\.(\d\d)", str(par.get("framework") or ""), re.I)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def _recipe_memory(par: dict, precision: str, runtime: str, zero: int, notes: list[str]) -> tuple[bool, bool, float]:
+    """(grad_reduce_bf16, fp8_param_gather, optimizer_bytes_per_param) of a run: the row's
+    `parallel.grad_reduce_in_fp32` / `parallel.fp8_param_gather` / `parallel.optimizer_bytes_per_param` when
+    stated, else what the NeMo / Megatron-Bridge performance recipes of its release set (cost/memory.py;
+    docs/COST_MODEL.md "Memory model"):
+      grad_reduce_in_fp32 False (bf16 main grads) from NeMo 25.02: NVIDIA/NeMo v2.2.0 recipes
+        pretrain_performance_optimizations (e.g. llama3_70b.py, gpt3_175b.py) set plugins.grad_reduce_in_fp32
+        False, v2.4.0 scripts/performance/helpers.py set_precision_configs for every dtype; Megatron-Bridge
+        scripts/performance/configs/*_llm_pretrain.py set mixed_precision/ddp.grad_reduce_in_fp32 False (v0.2.0).
+        NeMo 24.12 (v2.1.0 recipes) keeps bf16_mixed's True; NeMo 24.07 (NeMo 1 launcher) is per example script.
+      fp8 primary weights (fp8_param_gather) in NeMo 2: v2.0.0/v2.1.0 bf16_with_fp8_mixed sets fp8_params True,
+        v2.3.0+ fp8_param_gather True (delayed, current scaling, MXFP8); Megatron-Bridge's
+        bf16_with_fp8_delayed_scaling / current_scaling / mxfp8 presets set it (training/mixed_precision.py v0.2.0);
+        not the blockwise (subchannel) presets; NeMo 1 (24.07) launcher configs set no fp8_params.
+      optimizer state 10 B (fp32 master as a 16-bit remainder + Adam m, v): NeMo 1 (24.07 launcher, DGX Cloud
+        recipes: distributed_fused_adam with megatron_amp_O2 bf16 and fp32 optimizer dtype: NVIDIA/NeMo v2.0.0
+        megatron_base_model.py setup_optimization store_param_remainders; 12 with model.fp8_params, which sets
+        store_params; a bf16 optimizer dtype is per row); bf16 runs from NeMo 25.07 (v2.4.0
+        scripts/performance/helpers.py set_precision_configs: use_precision_aware_optimizer True) and of
+        Megatron-Bridge (scripts/performance/utils/helpers.py v0.2.0), Megatron-core store_param_remainders
+        True by default (optimizer_config.py core_v0.13.1); not with Megatron-FSDP (ZeRO-3), which turns the
+        precision-aware optimizer off."""
+    gr, f8 = par.get("grad_reduce_in_fp32"), par.get("fp8_param_gather")
+    ob = par.get("optimizer_bytes_per_param")
+    rel = _nemo_release(par) if _megatron_recipe(par) and runtime == "megatron" else None
+    fw = str(par.get("framework") or "").lower()
+    # NeMo 1 (megatron_gpt_pretraining.py via the launcher: the 24.07 tables, DGX Cloud recipes on 24.09):
+    # apex DistributedFusedAdam; fp8 primary weights only where the run sets model.fp8_params
+    nemo1 = rel is not None and (rel <= (24, 7) or any(k in fw for k in ("nemo 1", "launcher", "megatron_gpt_pretraining")))
+    prec_text = re.sub(r"\s", "", str(par.get("precision") or "").lower())
+    if f8 is None and rel is not None and precision == "fp8":
+        if nemo1:
+            f8 = "fp8_params=true" in prec_text or "fp8_params:true" in prec_text
+        elif not any(k in prec_text for k in ("block", "subchannel")):
+            f8 = True
+            notes.append(f"fp8_param_gather unstated: True (NeMo {rel[0]}.{rel[1]:02d} fp8 recipes: fp8 primary weights)")
+    if gr is None and rel is not None and not nemo1 and rel >= (25, 2) and precision in ("bf16", "fp8"):
+        gr = False
+        notes.append(f"grad_reduce_in_fp32 unstated: False (NeMo {rel[0]}.{rel[1]:02d} performance recipes)")
+    if ob is None and rel is not None and zero in (1, 2) and precision in ("bf16", "fp8") and (
+            nemo1 or rel >= (25, 7) and precision == "bf16"):
+        # NeMo 1 with fp8_params stores a full fp32 master (megatron_base_model.py: store_params True): 12
+        ob = 12.0 if nemo1 and f8 else 10.0
+        notes.append(f"optimizer state unstated: {ob:g} B/parameter (NeMo {rel[0]}.{rel[1]:02d} optimizer"
+                     f"{'' if ob == 12 else ', fp32 master kept as a 16-bit remainder'})")
+    return (gr is False and precision in ("bf16", "fp8")), bool(f8) and precision == "fp8", float(ob or 0.0)
 
 
 def _execution(framework) -> str:
@@ -268,7 +325,10 @@ def _case(row: dict, rid: str, md: dict, hw: dict, par: dict, notes: list[str], 
         # layers (specs/strategy.py); otherwise an uneven split is DeepSpeed-style balanced
         acc_emb = bool(par.get("account_for_embedding") or par.get("account_for_embedding_in_pipeline_split"))
         acc_loss = bool(par.get("account_for_loss") or par.get("account_for_loss_in_pipeline_split"))
-        first, last = (None, None) if acc_emb or acc_loss else balanced_split(model.layers, pp)
+        rt_name = par.get("runtime") or runtime_of(par.get("framework"), par.get("zero_or_sharding"))
+        # DeepSpeed partitions uneven layer counts itself (StrategySpec.balanced_partition)
+        balanced = rt_name in runtimes.NAMES + runtimes.BACKTEST_ONLY and runtimes.get(rt_name).balanced_partition
+        first, last = (None, None) if acc_emb or acc_loss or balanced else balanced_split(model.layers, pp)
         if first is not None:
             notes.append(f"uneven split: first/last stage {first}/{last} layers (embedding counted as a layer)")
         execution = par.get("execution") or _execution(par.get("framework"))
@@ -296,7 +356,10 @@ def _case(row: dict, rid: str, md: dict, hw: dict, par: dict, notes: list[str], 
                                 account_for_embedding=acc_emb, account_for_loss=acc_loss,
                                 execution=execution, zero3_impl=zero3_impl, tp_comm_overlap=tp_overlap,
                                 runtime=runtime, attention_kernel=str(par.get("attention_kernel") or ""),
-                                fp8_recipe=str(par.get("fp8_recipe") or ""))
+                                fp8_recipe=str(par.get("fp8_recipe") or ""), balanced_partition=balanced,
+                                **dict(zip(("grad_reduce_bf16", "fp8_param_gather", "optimizer_bytes_per_param"),
+                                           _recipe_memory(par, _precision(par.get("precision")), runtime,
+                                                          _zero(par), notes), strict=True)))
         job = JobSpec(global_batch=par_int("global_batch_seqs", None),
                       seq_len=_int_of(md, "seq_len", 2048, src, f"rows[{rid}].model"),
                       precision=_precision(par.get("precision")))
@@ -322,8 +385,11 @@ def _case(row: dict, rid: str, md: dict, hw: dict, par: dict, notes: list[str], 
     if kind not in ("allocated", "reserved"):
         raise InputError(src, f"rows[{rid}].results.peak_memory_kind", f"must be allocated or reserved, got {kind!r}")
     reserved = _opt_number(res, "reserved_memory_gib", src, f"rows[{rid}].results")
+    excl = row.get("excluded")
+    if excl is not None and (not isinstance(excl, str) or not excl.strip()):
+        raise InputError(src, f"rows[{rid}].excluded", f"expected the reason as a non-empty string, got {excl!r}")
     return RunCase(rid, model, cluster, job, strategy, step, peak, states, acts, tuple(notes),
-                   measured_memory_kind=kind, measured_reserved_gib=reserved)
+                   measured_memory_kind=kind, measured_reserved_gib=reserved, excluded=excl)
 
 
 def _int_of(d: dict, key: str, default: int | None, src: str, path: str) -> int:

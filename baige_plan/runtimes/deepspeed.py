@@ -70,7 +70,13 @@ from __future__ import annotations
 
 import json
 
-from baige_plan.cost.memory import ALLOCATOR_SLACK, CUDA_CONTEXT_GIB, NCCL_FIRST_GIB, NCCL_GROUP_GIB
+from baige_plan.cost.memory import (
+    ALLOCATOR_SLACK,
+    ALLOCATOR_UNRECLAIMABLE,
+    CUDA_CONTEXT_GIB,
+    NCCL_FIRST_GIB,
+    NCCL_GROUP_GIB,
+)
 from baige_plan.errors import SpecError
 from baige_plan.runtimes._common import (
     Export,
@@ -114,6 +120,9 @@ MEMORY = MemorySemantics(
     zero3_reduce_bytes=2,  # ZeRO-3 reduce-scatters model-dtype gradients (zero/stage3.py ipg bucket, 16-bit)
     zero3_prefetch_params=5e7,   # zero/config.py stage3_prefetch_bucket_size default 5e7 (the export sets none)
     selective="core_attention", interleave_group="pp",
+    # PyTorch releases cached segments and retries before an out-of-memory: only the unreclaimable part
+    # counts against capacity (cost/memory.py ALLOCATOR_UNRECLAIMABLE, measured)
+    allocator_unreclaimable=ALLOCATOR_UNRECLAIMABLE,
     allocator_slack=ALLOCATOR_SLACK, context_gib=CUDA_CONTEXT_GIB, comm_first_gib=NCCL_FIRST_GIB,
     comm_group_gib=NCCL_GROUP_GIB,
     sources=("deepspeed/runtime/bf16_optimizer.py BF16_Optimizer._setup_for_real_optimizer",
@@ -143,6 +152,7 @@ RUNTIME = RuntimeSpec(
     grad_sync=_grad_sync,
     memory=MEMORY,
     attention_kernel="fa2",            # Megatron-DeepSpeed: the flash-attn 2 package (--use-flash-attn-v2)
+    balanced_partition=True,           # PipelineModule partition_method 'type:transformer' (module docstring)
     extra_refusal=_refusal,
     notes=("deepspeed/runtime/engine.py DeepSpeedEngine.allreduce_gradients: ZeRO-2/3 reduce every micro-batch "
            "(partition_gradients), ZeRO-0/1 only at the accumulation boundary",

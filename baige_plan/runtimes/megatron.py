@@ -101,7 +101,13 @@ Execution semantics:
 
 from __future__ import annotations
 
-from baige_plan.cost.memory import ALLOCATOR_SLACK, CUDA_CONTEXT_GIB, NCCL_FIRST_GIB, NCCL_GROUP_GIB
+from baige_plan.cost.memory import (
+    ALLOCATOR_SLACK,
+    ALLOCATOR_UNRECLAIMABLE,
+    CUDA_CONTEXT_GIB,
+    NCCL_FIRST_GIB,
+    NCCL_GROUP_GIB,
+)
 from baige_plan.runtimes._common import (
     Export,
     ExportFile,
@@ -145,8 +151,17 @@ MEMORY = MemorySemantics(
     fp8_gemm_inputs=True,  # fp8 through TE: transformer_engine/pytorch/module/linear.py saves the quantized input
     fp8_weight_cache_bytes=2,   # TE caches the fp8 weight + its transpose while is_first_microbatch is passed
                                 # (core/extensions/transformer_engine.py TELinear; module/base.py weight workspace)
+    fp8_param_bytes=2,     # --fp8-param-gather (TE fp8_model_init): layer weights are Float8Tensors, no bf16 copy:
+                           # fp8 data 1 B + the transpose TE caches beside it 1 B (Hopper fp8 GEMMs are TN-only;
+                           # TE v1.9 module/linear.py weight_tensor.transpose_2d(fill_cache=True), v2.8
+                           # module/base.py get_weight_workspace: a QuantizedTensor keeps row- and column-wise
+                           # usage); NeMo 2 bf16_with_fp8_mixed (fp8_params/fp8_param_gather True since v2.0.0) and
+                           # Megatron-Bridge's delayed/current/MXFP8 fp8 presets set it (training/mixed_precision.py)
     interleave_group="pp",  # pipeline_parallel/schedules.py get_pp_rank_microbatches with the default
                             # microbatch_group_size_per_vp_stage = pp (core/model_parallel_config.py)
+    # PyTorch releases cached segments and retries before an out-of-memory: only the unreclaimable part
+    # counts against capacity (cost/memory.py ALLOCATOR_UNRECLAIMABLE, measured)
+    allocator_unreclaimable=ALLOCATOR_UNRECLAIMABLE,
     allocator_slack=ALLOCATOR_SLACK, context_gib=CUDA_CONTEXT_GIB, comm_first_gib=NCCL_FIRST_GIB,
     comm_group_gib=NCCL_GROUP_GIB,
     sources=("docs/user-guide/features/dist_optimizer.md: bytes/param 18 | 6 + 12/d (bf16 params, fp32 grads), "

@@ -44,7 +44,13 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from baige_plan.cost.memory import ALLOCATOR_SLACK, CUDA_CONTEXT_GIB, NCCL_FIRST_GIB, NCCL_GROUP_GIB
+from baige_plan.cost.memory import (
+    ALLOCATOR_SLACK,
+    ALLOCATOR_UNRECLAIMABLE,
+    CUDA_CONTEXT_GIB,
+    NCCL_FIRST_GIB,
+    NCCL_GROUP_GIB,
+)
 from baige_plan.runtimes._common import Export, ExportFile, common_caveats, hostfile_file, plan_info
 from baige_plan.specs.runtime import GradSync, MemorySemantics, RuntimeSpec
 
@@ -113,6 +119,8 @@ def _extra_refusal(s, model=None, job=None) -> str | None:
 MEMORY = MemorySemantics(
     master="separate", grad_bytes_bf16=4, grad_bytes_fp16=4, step_grad_bytes=0,
     selective="core_attention", interleave_group="pp",   # PipelineParallelWithInterleave warm-up = Megatron's
+    # Paddle's auto-growth allocator was not measured: PyTorch's figures (cost/memory.py)
+    allocator_unreclaimable=ALLOCATOR_UNRECLAIMABLE,
     allocator_slack=ALLOCATOR_SLACK, context_gib=CUDA_CONTEXT_GIB, comm_first_gib=NCCL_FIRST_GIB,
     comm_group_gib=NCCL_GROUP_GIB,
     sources=("paddleformers/trainer/training_args.py amp_master_grad", "baige_plan/runtimes/paddle.py export: "

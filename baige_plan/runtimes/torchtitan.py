@@ -21,7 +21,8 @@ Space:
   build_mesh: "when cp is used, FSDP is also applied"), so ZeRO-0 with cp > 1 is not expressible.
 - TP with sequence parallelism optional: `parallelism.enable_sequence_parallel` (default on;
   models/llama3/model.py update_from_config -> set_llama3_sharding_config(enable_sp=...)).
-- PP: torch.distributed.pipelining 1F1B / Interleaved1F1B (vpp > 1, `pipeline_parallel_layers_per_stage`
+- PP: not with tied embeddings (models/common/decoder.py Decoder.Config.update_from_config raises).
+  torch.distributed.pipelining 1F1B / Interleaved1F1B (vpp > 1, `pipeline_parallel_layers_per_stage`
   = layers per virtual stage); any layer split, uneven first/last stages included, through
   `module_fqns_per_model_part` (distributed/pipeline_parallel.py pipeline_llm); Schedule1F1B needs
   micro-batches >= pp (torch/distributed/pipelining/schedules.py Schedule1F1B.__init__); pp > 1 needs
@@ -73,7 +74,13 @@ import textwrap
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from baige_plan.cost.memory import ALLOCATOR_SLACK, CUDA_CONTEXT_GIB, NCCL_FIRST_GIB, NCCL_GROUP_GIB
+from baige_plan.cost.memory import (
+    ALLOCATOR_SLACK,
+    ALLOCATOR_UNRECLAIMABLE,
+    CUDA_CONTEXT_GIB,
+    NCCL_FIRST_GIB,
+    NCCL_GROUP_GIB,
+)
 from baige_plan.errors import SpecError
 from baige_plan.runtimes._common import Export, ExportFile, common_caveats, hostfile_file, plan_info
 from baige_plan.specs.runtime import GradSync, MemorySemantics, RuntimeSpec
@@ -335,6 +342,9 @@ def _refusal(s, model, job) -> str | None:
         div = (s.tp if s.sequence_parallel else 1) * (2 * s.cp if s.cp > 1 else 1)
         if job.seq_len % div:
             return f"torchtitan needs seq_len ({job.seq_len}) divisible by tp(SP) x 2cp = {div}"
+    if model is not None and s.pp > 1 and bool(_get(model, "tie_embeddings", False)):
+        return (f"torchtitan refuses tied embeddings with pipeline parallelism (pp={s.pp}): "
+                "models/common/decoder.py Decoder.Config.update_from_config raises NotImplementedError")
     # any decoder shape runs: a model torchtitan does not ship is built by the exported config module
     # (model_differences says what its llama3/qwen3 families build otherwise)
     return None
@@ -351,6 +361,9 @@ MEMORY = MemorySemantics(
     selective="op_sac",    # activation_checkpoint selective (op): save every other mm + SDPA outputs
     loss="eager_fp32",     # train.py loss_fn: cross_entropy(pred.float()), never compiled; loss_parallel with TP
     interleave_group="pp",  # torch pipelining ScheduleInterleaved1F1B: microbatches_per_round = pp (m % pp == 0)
+    # PyTorch releases cached segments and retries before an out-of-memory: only the unreclaimable part
+    # counts against capacity (cost/memory.py ALLOCATOR_UNRECLAIMABLE, measured)
+    allocator_unreclaimable=ALLOCATOR_UNRECLAIMABLE,
     allocator_slack=ALLOCATOR_SLACK, context_gib=CUDA_CONTEXT_GIB, comm_first_gib=NCCL_FIRST_GIB,
     comm_group_gib=NCCL_GROUP_GIB,
     sources=("torchtitan config manager: training.mixed_precision_param bfloat16 / mixed_precision_reduce "
@@ -681,6 +694,9 @@ def export(doc: dict) -> Export:
              ("--parallelism.pipeline_parallel_schedule", "Interleaved1F1B" if vpp > 1 else "1F1B"),
              ("--parallelism.pipeline_parallel_microbatch_size", mb)]
     if pp > 1:
+        if shape["tie_embeddings"]:
+            caveats.append(f"tied embeddings with pp={pp}: torchtitan's Decoder.Config.update_from_config raises "
+                           "NotImplementedError (weight tying with pipeline parallelism)")
         counts = list(i["counts"])
         if vpp > 1:
             L = sum(counts)

@@ -97,11 +97,22 @@ class MemorySemantics:
       fp8_gemm_inputs / fp8_weight_cache_bytes (fp8 training through Transformer Engine): the linears save
                  their fp8-cast inputs for the weight gradient (1 B instead of 2), and keep the fp8 weight and its
                  transpose cached across the micro-batches of a step (bytes per transformer-layer parameter).
+      fp8_param_bytes: with fp8 primary weights (the strategy's `fp8_param_gather`: Megatron --fp8-param-gather,
+                 NeMo fp8_params / Megatron-Bridge fp8_param_gather, i.e. Transformer Engine fp8_model_init) the
+                 layer's parameters are fp8 tensors and no 16-bit copy exists: the fp8 data (1 B) + the transpose
+                 TE keeps beside it (1 B on Hopper, whose fp8 GEMMs are TN-only), replacing the 16-bit weight and
+                 `fp8_weight_cache_bytes` (bytes per transformer-layer parameter; 0: the runtime has no such mode).
       loss: how the output layer's loss holds the logits -- "fused" (Megatron's in-place vocab-parallel
                  cross-entropy) or "eager_fp32" (torchtitan: F.cross_entropy(pred.float()) outside compile,
                  DTensor loss_parallel with tp > 1): cost/memory.py loss_bytes_per_logit.
     Outside the tensors (measured, benchmarks/real/; docs/COST_MODEL.md):
-      allocator_slack: reserved / allocated - 1 of the runtime's caching allocator at the peak.
+      allocator_slack: reserved / allocated - 1 of the runtime's caching allocator at the peak (what
+                 torch.cuda.max_memory_reserved and nvidia-smi show beyond the tensors).
+      allocator_unreclaimable: the part of that slack, as a fraction of allocated, that the allocator cannot
+                 give back when a reservation fails: PyTorch frees every cached segment holding no live block
+                 and retries (CUDACachingAllocator.cpp malloc: release_available_cached_blocks, then
+                 release_cached_blocks), so only free space inside partly used segments is lost. What `fits`
+                 counts; the rest of the slack is reclaimable and only in the reserved peak.
       context_gib: CUDA context + kernel-library handles and workspaces outside the allocator.
       comm_first_gib, comm_group_gib: collective-library buffers of the first communicator in use, and
                  of each further one (one per parallel dimension > 1).
@@ -124,7 +135,9 @@ class MemorySemantics:
     loss: str = "fused"
     fp8_gemm_inputs: bool = False
     fp8_weight_cache_bytes: int = 0
+    fp8_param_bytes: int = 0
     allocator_slack: float = 0.0
+    allocator_unreclaimable: float = 0.0
     context_gib: float = 0.0
     comm_first_gib: float = 0.0
     comm_group_gib: float = 0.0
@@ -136,7 +149,7 @@ class MemorySemantics:
                 f"must be one of {SELECTIVE}, got {self.selective!r}")
         require(self.interleave_group == "pp", "memory.interleave_group", "only 'pp' is modelled")
         require(self.loss in LOSSES, "memory.loss", f"must be one of {LOSSES}, got {self.loss!r}")
-        for k in ("allocator_slack", "context_gib", "comm_first_gib", "comm_group_gib"):
+        for k in ("allocator_slack", "allocator_unreclaimable", "context_gib", "comm_first_gib", "comm_group_gib"):
             require(getattr(self, k) >= 0, f"memory.{k}", f"must be >= 0, got {getattr(self, k)!r}")
 
     def grad_bytes(self, precision: str, zero: int = 0) -> int:
@@ -181,6 +194,7 @@ class RuntimeSpec:
     split_accounting: bool = False     # embedding / loss counted as pipeline layers (Megatron account_for_*)
     bf16_grad_reduce: bool = False     # bf16 main grads reduced in bf16 (Megatron --grad-reduce-in-bf16)
     cp_comm: str = "p2p"               # context-parallel attention: "p2p" ring | "allgather" (cost/cp.py)
+    balanced_partition: bool = False   # uneven layer counts split balanced over the stages (StrategySpec field)
     attention_kernel: str = "cudnn"    # fused attention it launches on chips that have it (specs/chip.py
                                        # ATTENTION_KERNELS; a strategy's attention_kernel overrides it)
     notes: tuple[str, ...] = field(default_factory=tuple)   # sources for the semantics above

@@ -51,6 +51,10 @@ class StrategySpec:
     account_for_embedding: bool = False     # Megatron --account-for-embedding-in-pipeline-split
     account_for_loss: bool = False          # Megatron --account-for-loss-in-pipeline-split
     grad_reduce_bf16: bool = False          # Megatron --grad-reduce-in-bf16: bf16 main grads, reduced in bf16
+    fp8_param_gather: bool = False          # Megatron --fp8-param-gather: fp8 primary weights (TE fp8_model_init)
+    optimizer_bytes_per_param: float = 0.0  # optimizer state per parameter before sharding; 0: the runtime's (fp32
+                                            # master + Adam m, v = 12 B); 10: master kept as a 16-bit remainder
+                                            # (--use-precision-aware-optimizer, apex DistributedFusedAdam)
     overlap_grad_reduce: bool = True        # DP gradient reduction overlapped with the last backward
     execution: str = "fused"                # fused (Megatron/TE kernels) | eager (PyTorch eager + autocast)
     tp_comm_overlap: bool = False           # Transformer Engine userbuffers: TP collectives overlap the GEMMs
@@ -59,6 +63,9 @@ class StrategySpec:
     runtime: str = "megatron"               # baige_plan/runtimes/: whose execution semantics the cost follows
     attention_kernel: str = ""              # fused-attention kernel (fa2 | cudnn | fa3); "": the runtime's
     fp8_recipe: str = ""                    # fp8 scaling (delayed | current | mxfp8); "": the chip's (cost/fp8.py)
+    balanced_partition: bool = False        # layers % pp != 0 without first/last counts: the first layers % pp
+                                            # stages take one layer more (DeepSpeed PipelineModule's
+                                            # partition_method 'type:transformer'; runtimes/deepspeed.py)
 
     def __post_init__(self) -> None:
         for k in ("tp", "pp", "dp", "cp", "ep", "etp", "micro_batch", "vpp"):
@@ -72,6 +79,10 @@ class StrategySpec:
                 f"must be fused or eager, got {self.execution!r}")
         require(self.zero3_impl in ("fsdp", "deepspeed"), "zero3_impl",
                 f"must be fsdp or deepspeed, got {self.zero3_impl!r}")
+        if self.optimizer_bytes_per_param:     # 0 (the runtime's) is the common case: no message built (hot)
+            ob = self.optimizer_bytes_per_param
+            require(isinstance(ob, (int, float)) and not isinstance(ob, bool) and 0 < ob <= 64,
+                    "optimizer_bytes_per_param", f"must be from 0 to 64, got {ob!r}")
         require(self.attention_kernel in ("", "fa2", "cudnn", "fa3"), "attention_kernel",
                 f"must be fa2, cudnn or fa3, got {self.attention_kernel!r}")
         require(self.fp8_recipe in ("", "delayed", "current", "mxfp8"), "fp8_recipe",
@@ -182,6 +193,10 @@ def chunk_layers(s: StrategySpec, layers: int) -> tuple[tuple[int, ...], ...]:
         require(all(sum(c) >= 1 for c in out), "pp",
                 f"layers={layers} on pp={pp} with embedding/loss counted leaves a stage without transformer layers")
         return tuple(tuple(c) for c in out)
+    if first is None and last is None and s.balanced_partition and v == 1 and layers % pp:
+        per, extra = divmod(layers, pp)
+        require(per >= 1, "pp", f"layers={layers} on pp={pp} leaves a stage without transformer layers")
+        return tuple((per + 1,) if i < extra else (per,) for i in range(pp))
     if first is None and last is None:
         require(layers % (pp * v) == 0, "pp",
                 f"layers={layers} is not divisible by pp·vpp = {pp}·{v} = {pp * v}; "

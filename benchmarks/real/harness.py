@@ -54,7 +54,13 @@ os.environ.setdefault("NVSHMEM_DISABLE_NVLS", "1")
 def cli_command(cfg: C.RunConfig) -> str:
     """The single-run command line equivalent to `cfg` (recorded in each row's citation)."""
     launch = f"torchrun --nproc_per_node {cfg.world}" if cfg.world > 1 else "python"
-    parts = [launch, "benchmarks/real/harness.py", "--preset", cfg.model.name, "--strategy", cfg.strategy,
+    m = cfg.model
+    if m.name in C.PRESETS:
+        model = ["--preset", m.name]
+    else:     # a shape of its own (plans/h100x4_mb.yaml's gpt-2.7b): every size (the name is the plan's)
+        model = ["--layers", str(m.layers), "--hidden", str(m.hidden), "--heads", str(m.heads),
+                  "--ffn-hidden", str(m.ffn_hidden), "--vocab", str(m.vocab), "--seq-len", str(m.seq_len)]
+    parts = [launch, "benchmarks/real/harness.py", *model, "--strategy", cfg.strategy,
              "--micro-batch", str(cfg.micro_batch), "--grad-accum", str(cfg.grad_accum),
              "--recompute", cfg.recompute, "--warmup", str(cfg.warmup), "--steps", str(cfg.steps)]
     if cfg.strategy == "tp":

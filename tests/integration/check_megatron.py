@@ -265,7 +265,18 @@ def check_dir(meg: Megatron, d: Path) -> list[str]:
     eq("fp16", bool(args.fp16), prec == "fp16")
     eq("fp8", args.fp8 is not None, prec == "fp8")
     eq("use_distributed_optimizer", bool(args.use_distributed_optimizer), zero >= 1)
-    overlap = s.get("overlap_grad_reduce", True)
+    # ZeRO-3 is Megatron-FSDP full sharding (runtimes/megatron.py), which overlaps its gathers and
+    # reduce-scatters itself (megatron_fsdp.py); ZeRO-2 is not planned and is exported as ZeRO-1
+    eq("use_megatron_fsdp", bool(args.use_megatron_fsdp), zero >= 3)
+    if zero >= 3:
+        eq("data_parallel_sharding_strategy", args.data_parallel_sharding_strategy, "optim_grads_params")
+        eq("DDP config use_megatron_fsdp", container.ddp.use_megatron_fsdp, True)
+        eq("DDP config data_parallel_sharding_strategy", container.ddp.data_parallel_sharding_strategy,
+           "optim_grads_params")
+        eq("ckpt_format", args.ckpt_format, "fsdp_dtensor")
+        need(bool(args.init_model_with_meta_device), "ZeRO-3 without --init-model-with-meta-device: every rank "
+             "would materialise its whole model before sharding it")
+    overlap = s.get("overlap_grad_reduce", True) or zero >= 3
     eq("overlap_grad_reduce", bool(args.overlap_grad_reduce), overlap)
     eq("overlap_param_gather", bool(args.overlap_param_gather), zero >= 1 and overlap)
     eq("DDP config overlap_grad_reduce", container.ddp.overlap_grad_reduce, overlap)
@@ -277,7 +288,7 @@ def check_dir(meg: Megatron, d: Path) -> list[str]:
     if rec == "selective":
         eq("recompute_modules", tc.recompute_modules, ["core_attn"])
     eq("CUDA_DEVICE_MAX_CONNECTIONS from launch.sh", launch_env.get("CUDA_DEVICE_MAX_CONNECTIONS"),
-       "1" if (tp > 1 or cp > 1) else None)
+       "1" if (tp > 1 or cp > 1) and zero < 3 else None)
 
     # layers per pipeline rank (and per virtual stage), as Megatron builds them
     v = args.virtual_pipeline_model_parallel_size or 1
@@ -334,6 +345,13 @@ CASES = (
     ("llama3-8b-fp8", "llama3-8b", "h100-sxm5-80g:2x8", "--global-batch", "128", "--seq-len", "8192",
      "--precision", "fp8"),
     ("llama3-8b-zero0", "llama3-8b", "h100-sxm5-80g:1x8", "--global-batch", "64", "--seq-len", "8192", "--zero", "0"),
+    # ZeRO-3 = Megatron-FSDP: alone, and with TP + SP (FSDP only warns there) and with EP
+    ("llama3-8b-megatron-fsdp", "llama3-8b", "h100-sxm5-80g:1x8", "--global-batch", "64", "--seq-len", "8192",
+     "--zero", "3", "--tp", "1", "--pp", "1"),
+    ("llama3-70b-megatron-fsdp-tp2", "llama3-70b", "h100-sxm5-80g:4x8", "--global-batch", "128", "--seq-len",
+     "4096", "--zero", "3", "--tp", "2"),
+    ("mixtral-8x7b-megatron-fsdp-ep8", "mixtral-8x7b", "h100-sxm5-80g:2x8", "--global-batch", "128", "--seq-len",
+     "4096", "--zero", "3", "--ep", "8"),
     ("llama2-7b-fp16-a100", "llama2-7b", "a100-sxm4-80g:2x8", "--global-batch", "128", "--seq-len", "4096",
      "--precision", "fp16"),
     # Megatron-Bridge recipes (src/megatron/bridge/perf_recipes/{qwen/h100/qwen3_moe.py,llama/h100/llama31.py}):

@@ -62,6 +62,7 @@ from _checklib import make_plans as make_plans_with
 
 VERSION = "0.3.0"
 CONFIG_MODULE = "baige_torchtitan_config"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def expected(plan: dict) -> dict:
@@ -154,7 +155,8 @@ class Titan:
 
 
 def model_shape(mc) -> dict:
-    """The shape of a torchtitan Decoder config, in the plan's terms."""
+    """The shape of a torchtitan Decoder config, in the plan's terms (MoE: which layers are MoE, the shared
+    experts' total width, the dense layers' width)."""
     layers = list(mc.layers.values()) if isinstance(mc.layers, dict) else list(mc.layers)
     att = layers[0].attention
     heads = att.n_heads
@@ -162,30 +164,42 @@ def model_shape(mc) -> dict:
          "head_dim": att.head_dim or mc.dim // heads, "vocab": mc.vocab_size,
          "tie_embeddings": bool(getattr(mc, "enable_weight_tying", False))}
     moe = [getattr(layer, "moe", None) for layer in layers]
+    dense = sorted({layer.feed_forward.w1.out_features for layer in layers if getattr(layer, "moe", None) is None})
     if any(x is not None for x in moe):
-        first = next(k for k, x in enumerate(moe) if x is not None)
-        x = moe[first]
+        x = next(y for y in moe if y is not None)
         d.update(experts=x.num_experts, top_k=x.router.top_k,
                  expert_ffn_hidden=x.routed_experts.inner_experts.hidden_dim,
-                 shared_experts=0 if x.shared_experts is None else 1, first_dense_layers=first,
-                 all_moe_after=all(y is not None for y in moe[first:]))
-    else:
-        d["ffn_hidden"] = layers[0].feed_forward.w1.out_features
+                 shared_width=0 if x.shared_experts is None else x.shared_experts.w1.out_features,
+                 moe_layers=[k for k, y in enumerate(moe) if y is not None])
+    if dense:
+        d["ffn_hidden"] = dense if len(dense) > 1 else dense[0]
     return d
 
 
-def plan_shape(model: dict) -> dict:
+DIFFERENCE = re.compile(r"^# cannot express: model difference: (\w+): planned (\S+), built (\S+) \(")
+
+
+def differences(args_text: str) -> dict[str, str]:
+    """The export's machine-checkable model differences (runtimes/torchtitan.py Difference.text): field -> built."""
+    return {m.group(1): m.group(3) for m in map(DIFFERENCE.match, args_text.splitlines()) if m}
+
+
+def plan_shape(model: dict, built: dict[str, str]) -> dict:
+    """What the export must build: the plan's model with the declared differences (`built`) applied."""
+    model = dict(model, **{k: int(v) for k, v in built.items() if k in ("ffn_hidden",)})
     heads = model["heads"]
     d = {"layers": model["layers"], "hidden": model["hidden"], "heads": heads,
          "kv_heads": model.get("kv_heads") or heads, "head_dim": model.get("head_dim") or model["hidden"] // heads,
          "vocab": model["vocab"], "tie_embeddings": bool(model.get("tie_embeddings", False))}
     moe = model.get("moe")
     if moe:
-        need((moe.get("layer_freq", 1) or 1) == 1, f"MoE layer_freq {moe.get('layer_freq')}: torchtitan's qwen3 "
-             "MoE has every layer MoE")
-        d.update(experts=moe["experts"], top_k=moe["top_k"], expert_ffn_hidden=moe["expert_ffn_hidden"],
-                 shared_experts=moe.get("shared_experts", 0) or 0, first_dense_layers=moe.get("first_dense_layers", 0)
-                 or 0, all_moe_after=True)
+        ef = int(built.get("expert_ffn_hidden", moe["expert_ffn_hidden"]))
+        k, f = moe.get("first_dense_layers", 0) or 0, moe.get("layer_freq", 1) or 1
+        pattern = [i for i in range(model["layers"]) if i >= k and (i - k) % f == 0]
+        d.update(experts=moe["experts"], top_k=moe["top_k"], expert_ffn_hidden=ef,
+                 shared_width=(moe.get("shared_experts", 0) or 0) * ef, moe_layers=pattern)
+        if len(pattern) < model["layers"]:
+            d["ffn_hidden"] = model["ffn_hidden"]
     else:
         d["ffn_hidden"] = model["ffn_hidden"]
     return d
@@ -225,7 +239,13 @@ def check_dir(tt: Titan, d: Path) -> list[str]:
 
     # 3. parsed values against the plan
     need(cfg.model_spec is not None, "no model_spec")
-    eq("model shape", model_shape(cfg.model_spec.model), plan_shape(e["model"]))
+    built = differences((d / "torchtitan_args.txt").read_text())
+    eq("model shape (with the export's declared model differences)", model_shape(cfg.model_spec.model),
+       plan_shape(e["model"], built))
+    if built:
+        notes.append("model differences " + ", ".join(f"{k} -> {v}" for k, v in sorted(built.items())))
+    if e["model"].get("activation", "swiglu") != "swiglu":
+        need(built.get("activation") == "swiglu", "a GELU plan exported without its 'activation' model difference")
     notes.append(f"model {cfg.model_spec.name} {cfg.model_spec.flavor}")
     if e["precision"] == "fp8":
         from torchtitan.components.quantization.float8 import Float8Linear
@@ -256,9 +276,9 @@ def check_dir(tt: Titan, d: Path) -> list[str]:
            "Interleaved1F1B" if e["vpp"] > 1 else "1F1B")
         eq("parallelism.pipeline_parallel_microbatch_size", par.pipeline_parallel_microbatch_size, e["mb"])
     ac = type(cfg.activation_checkpoint).__qualname__ if cfg.activation_checkpoint is not None else None
-    eq("activation_checkpoint", ac, "FullAC.Config" if e["recompute"] == "full" else None)
+    eq("activation_checkpoint", ac, {"full": "FullAC.Config", "selective": "SelectiveAC.Config"}.get(e["recompute"]))
     need(not cfg.compile.enable, "torch.compile is on; the plan is costed eager")
-    if "experts" in plan_shape(e["model"]):
+    if e["model"].get("moe"):
         eq("expert tensor parallel (torchtitan: tp when ep == 1, else 1)", e["tp"] if e["ep"] == 1 else 1, e["etp"])
 
     # 4. the trainer's pre-GPU steps in torchtitan's dry-run mode
@@ -403,6 +423,15 @@ CASES = (
      "--precision", "fp8"),
     ("llama3-70b-full-recompute", "llama3-70b", "h100-sxm5-80g:8x8", "--global-batch", "256", "--seq-len",
      "4096", "--recompute", "full"),
+    # models torchtitan does not ship (a generated llama3/qwen3 flavor) and op-level SAC
+    ("llama2-7b-sac", "llama2-7b", "h100-sxm5-80g:2x8", "--global-batch", "64", "--seq-len", "4096",
+     "--zero", "3", "--recompute", "selective"),
+    ("mpt-7b-gelu", str(ROOT / "tests" / "data" / "mpt-7b.yaml"), "h100-sxm5-80g:2x8", "--global-batch", "64",
+     "--seq-len", "2048"),
+    ("moe-dense-prefix-ep4", str(ROOT / "tests" / "data" / "moe-dense-prefix.yaml"), "h100-sxm5-80g:1x8",
+     "--global-batch", "64", "--seq-len", "4096", "--ep", "4", "--zero", "3"),
+    ("mixtral-8x7b-pp2", "mixtral-8x7b", "h100-sxm5-80g:4x8", "--global-batch", "128", "--seq-len", "4096",
+     "--pp", "2", "--ep", "8"),
 )
 
 
