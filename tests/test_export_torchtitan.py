@@ -282,7 +282,7 @@ def test_cli_writes_every_file(tmp_path):
 
 def test_runtime_declaration():
     rt = torchtitan.RUNTIME
-    assert rt.zero_stages == rt.zero_stages_with_pp == (0, 3)
+    assert rt.zero_stages == (0, 2, 3) and rt.zero_stages_with_pp == (0, 3) and rt.fsdp_zero2
     assert rt.sequence_parallel == "optional" and rt.uneven_split and rt.interleaved
     assert rt.recompute == ("none", "selective", "full") and rt.precisions == ("bf16", "fp8", "fp32")
     assert rt.memory.selective == "op_sac"

@@ -172,8 +172,11 @@ def test_reserve_counts_context_nccl_and_unreclaimable_allocator_slack():
     assert M.outside_gib(mem, 2) == approx(M.CUDA_CONTEXT_GIB + M.NCCL_FIRST_GIB + M.NCCL_GROUP_GIB)
     # what counts against capacity: 1 % of 10 GiB unreclaimable + the 0.743 GiB context = 0.843 GiB
     assert M.reserve_bytes(mem, 10 * GIB, 0) == approx((0.1 + 0.743) * GIB)
-    # what the reserved peak adds: 7.2 % of 10 GiB
-    assert M.slack_bytes(mem, 10 * GIB) == approx(0.72 * GIB)
+    # what the reserved peak adds: 4.35 % of 10 GiB
+    assert M.slack_bytes(mem, 10 * GIB) == approx(0.435 * GIB)
+    # with full recompute all of the measured 14.9 % counts (benchmarks/real/alloc_reclaim_h100_recompute.yaml)
+    assert M.reserve_bytes(mem, 10 * GIB, 0, full_recompute=True) == approx((1.49 + 0.743) * GIB)
+    assert M.slack_bytes(mem, 10 * GIB, full_recompute=True) == approx(1.49 * GIB)
 
 
 def test_margin_and_fits_use_the_fraction():
@@ -188,7 +191,7 @@ def test_margin_and_fits_use_the_fraction():
     assert lo.memory_margin_gib == approx(lo.capacity_gib * lo.memory_frac - lo.peak_memory_gib)
     st = full.stages[0]
     alloc = (st.weights_gib + st.grads_gib + st.optimizer_gib + st.activations_gib) * GIB
-    assert st.other_gib * GIB == approx(M.reserve_bytes(megatron.MEMORY, alloc, 2))
+    assert st.other_gib * GIB == approx(M.reserve_bytes(megatron.MEMORY, alloc, 2, full_recompute=True))
     d = estimate_dict(lo)
     assert d["max_memory_frac"] == pytest.approx(frac * 0.99, rel=1e-4) and d["memory_margin_gib"] < 0
     _check_estimate(d, "t.yaml")           # a negative margin is a valid estimate
@@ -205,8 +208,8 @@ def test_backtest_compares_reserved_with_the_allocator_slack():
                 measured_activations_gib=None, assumptions=())
     a = backtest_case(RunCase(**base))
     r = backtest_case(RunCase(**base, measured_memory_kind="reserved"))
-    # reserved = allocated + the allocator's whole slack (7.2 %), not only its unreclaimable 1 %
-    assert r["predicted_peak_memory_gib"] == approx(a["predicted_peak_memory_gib"] * 1.072)
+    # reserved = allocated + the allocator's whole slack (14.9 % with full recompute, as this strategy runs)
+    assert r["predicted_peak_memory_gib"] == approx(a["predicted_peak_memory_gib"] * 1.149)
     assert (a["memory_kind"], r["memory_kind"]) == ("allocated", "reserved")
 
 

@@ -532,8 +532,12 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
         mem = replace(mem, grad_bytes_bf16=BF16_GRAD_BYTES)
     dp_dense = s.dp * s.cp
     kb = getattr(s, "optimizer_bytes_per_param", 0.0) or None   # a recipe's optimizer state (cost/memory.py)
-    w_b, g_b, k_b, st_b = state_bytes(mem, job.precision, s.zero, dp_dense, kb)
-    we_b, ge_b, ke_b, ste_b = state_bytes(mem, job.precision, s.zero, s.edp, kb)
+    # FSDP's SHARD_GRAD_OP (zero 2 where RuntimeSpec.fsdp_zero2): every state sharded as under zero 3, and the
+    # gathered 16-bit parameters kept from each forward to its backward (below)
+    shard_grad_op = s.zero == 2 and rt.fsdp_zero2
+    zs = 3 if shard_grad_op else s.zero
+    w_b, g_b, k_b, st_b = state_bytes(mem, job.precision, zs, dp_dense, kb)
+    we_b, ge_b, ke_b, ste_b = state_bytes(mem, job.precision, zs, s.edp, kb)
     weights = dense_p * w_b + expert_p * we_b
     grads = dense_p * g_b + expert_p * ge_b
     optim = dense_p * k_b + expert_p * ke_b
@@ -546,7 +550,14 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
         # replacing the 16-bit copy (cost/memory.py fp8_layer_weight_bytes); embedding and output layer stay bf16
         primary = bool(getattr(s, "fp8_param_gather", False)) and s.zero < 3
         weights += fp8_layer_weight_bytes(mem, primary) * max(dense_p + expert_p - emb_p, 0.0)
-    if fsdp and rt.zero3_gather(s.pp) == "step":
+    if shard_grad_op:
+        # reshard_after_forward=False (FSDP1 ShardingStrategy.SHARD_GRAD_OP, FSDP2 fully_shard(reshard_after_forward=
+        # False)): every unit's 16-bit parameters stay gathered from its forward to its backward, so at the peak
+        # (the last forward) the whole stage is resident, plus one unit's 16-bit grads + reduce-scatter input
+        layer_full = max(dense_p + expert_p - emb_p, 0.0) / max(n_layers, 1)
+        weights += pb * (dense_p + expert_p)
+        grads += (pb + (4 if fp32 else mem.zero3_reduce_bytes)) * layer_full
+    elif fsdp and rt.zero3_gather(s.pp) == "step":
         # pipelining + FSDP2 keeps the stage unsharded through the step: 16-bit parameters, and gradients
         # accumulated unsharded in reduce_dtype (torch.distributed.pipelining backward_maybe_with_nosync;
         # FSDPParam.to_accumulated_grad_if_needed)
@@ -574,7 +585,8 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
     optim += max(0.0, step_copy - activations)
     allocated = weights + grads + optim + activations
     groups = comm_groups(s.tp, s.cp, s.dp, s.pp, s.ep, s.etp)
-    other = reserve_bytes(mem, allocated, groups)   # unreclaimable allocator fragmentation + context + NCCL
+    full_rc = s.recompute == "full"
+    other = reserve_bytes(mem, allocated, groups, full_rc)   # unreclaimable allocator fragmentation + context, NCCL
     opt_rate = adam_bytes_per_param(job.precision) / r.hbm_Bps
     if entry is not None and entry.optimizer_s_per_param is not None:
         opt_rate = entry.optimizer_s_per_param
@@ -588,7 +600,7 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
                      activations_gib=activations / GIB, other_gib=other / GIB,
                      dense_params=dense_p, expert_params=expert_p, hw_flops=hw_flops,
                      optimizer_s_per_param=opt_rate, sources=sources,
-                     slack_gib=slack_bytes(mem, allocated) / GIB, outside_gib=outside_gib(mem, groups))
+                     slack_gib=slack_bytes(mem, allocated, full_rc) / GIB, outside_gib=outside_gib(mem, groups))
 
 
 @dataclass(frozen=True)
@@ -658,13 +670,15 @@ def dp_traffic(st: StageCost, group: GroupSpec, s: StrategySpec, job: JobSpec, m
     dp_n = s.dp * s.cp
     # measured link curves are read at the piece each collective moves: one layer's gradients (bucket),
     # one collective per layer (per weight matrix for DeepSpeed ZeRO-3); no effect without curves
-    pieces = max(1, st.layers[1] - st.layers[0]) * (zero3_collectives_per_layer(s) if s.zero >= 3 else 1)
+    shard_grad_op = s.zero == 2 and rt.fsdp_zero2   # FSDP SHARD_GRAD_OP: ZeRO-3 traffic less the backward gather
+    pieces = max(1, st.layers[1] - st.layers[0]) * (zero3_collectives_per_layer(s) if s.zero >= 3 or shard_grad_op
+                                                    else 1)
     link = C.group_link(group, dp_n, _placement_per_node(dpn, s.tp, dp_n), buckets=pieces)
     edp_link = C.group_link(group, s.edp, _placement_per_node(dpn, s.tp * s.cp * s.ep * s.etp // max(s.tp, 1), s.edp),
                             buckets=pieces)
     dense, expert = st.dense_params, st.expert_params
     n_layers = max(1, st.layers[1] - st.layers[0])
-    if s.zero >= 3:
+    if s.zero >= 3 or shard_grad_op:
         # ZeRO-3 / FSDP: gather 16-bit weights for forward and for backward (recomputation reuses the
         # backward gather) and reduce-scatter 16-bit gradients. FSDP issues one collective per layer
         # over NCCL's hierarchical rings (group_link); DeepSpeed ZeRO-3 one per weight matrix, which
@@ -678,8 +692,11 @@ def dp_traffic(st: StageCost, group: GroupSpec, s: StrategySpec, job: JobSpec, m
             return DpTraffic(grads_s=C.reduce_scatter_s(size, z_link), grad_window_s=st.bwd_s * (1 - 1 / n_layers),
                              params_s=C.all_gather_s(size, z_link), param_window_s=st.fwd_s,
                              last_bucket=1 / n_layers, tail_s=tail_s)
-        per_mb = 3 * C.all_gather_s(size, z_link)
-        per_mb += 3 * max(0, n_layers * zero3_collectives_per_layer(s) - 1) * C.latency_s(z_link, "all_gather")
+        # forward gather, backward gather, gradient reduce-scatter; SHARD_GRAD_OP keeps the forward's gather for
+        # the backward (reshard_after_forward=False) and reshards after it: two collectives per micro-batch
+        n_coll = 2 if shard_grad_op else 3
+        per_mb = n_coll * C.all_gather_s(size, z_link)
+        per_mb += n_coll * max(0, n_layers * zero3_collectives_per_layer(s) - 1) * C.latency_s(z_link, "all_gather")
         return DpTraffic(reductions=0, zero3_s=per_mb * m, zero3_compute_s=m * st.time_s,
                          zero3_overlap=(calibration or COMMITTED).zero3_overlap)
     sync = rt.grad_sync(s.zero, s.pp)

@@ -39,15 +39,23 @@ ADAM_K_BYTES = 12          # fp32 master weights (4) + Adam m (4) + v (4)
 ADAM_K_BYTES_FP32 = 8      # fp32/tf32 training: Adam m (4) + v (4); the fp32 weights are the master
 FP32_PRECISIONS = ("fp32", "tf32")
 # Measured (docs/COST_MODEL.md "Memory model"):
-# reserved / allocated - 1 at the peak, median of the 34 runs of benchmarks/real/runs_h200.yaml and runs_h100.yaml
-# (torch.cuda.max_memory_reserved / max_memory_allocated; range 0.024-0.345, p90 0.206)
-ALLOCATOR_SLACK = 0.072
+# reserved / allocated - 1 at the peak (torch.cuda.max_memory_reserved / max_memory_allocated), medians over the 101
+# runs of benchmarks/real/runs_*.yaml (torch 2.11, H100 and H200): the 88 without full recompute 0.0435 (range
+# 0.013-0.345, p90 0.152); the 13 with every block checkpointed 0.149 (range 0.093-0.247): recomputing a layer in
+# the backward allocates its activations again between the gradients, in blocks of other sizes
+ALLOCATOR_SLACK = 0.0435
+ALLOCATOR_SLACK_FULL_RECOMPUTE = 0.149
 # the part of that slack a step cannot do without: every pattern of benchmarks/real/alloc_reclaim.py (a whole model,
 # pipeline rank 0 of 4 stages in 1F1B and interleaved (3 chunks) order; 15.5-28.2 GiB allocated) completed with its
 # reserved memory capped at 1.01 x its uncapped allocated peak (torch.cuda.set_per_process_memory_fraction;
 # the allocator freed cached segments and retried, num_alloc_retries up to 11), with and without
-# expandable_segments: benchmarks/real/alloc_reclaim_h100.yaml (H100, torch 2.11 cu130). An upper bound
+# expandable_segments: benchmarks/real/alloc_reclaim_h100.yaml (H100, torch 2.11 cu130). An upper bound.
 ALLOCATOR_UNRECLAIMABLE = 0.01
+# with full recompute the slack is not given back: the same script on the harness's full-recompute shapes
+# (benchmarks/real/alloc_reclaim_h100_recompute.yaml) ran out of memory capped at 1.04 and 1.08 x the allocated peak
+# (free space split inside live segments, num_alloc_retries 1-2) and completed at 1.16 (its own reserved peak: 1.159):
+# all of it counts
+ALLOCATOR_UNRECLAIMABLE_FULL_RECOMPUTE = ALLOCATOR_SLACK_FULL_RECOMPUTE
 # device memory outside the allocator (benchmarks/real/memory_overhead.py -> memory_overhead_h200.yaml; H200,
 # torch 2.11 cu130, NCCL 2.28.9, NVLS off): CUDA context with cuBLAS/cuDNN handles and workspaces after a GEMM,
 # flash-SDPA and cross-entropy forward/backward; NCCL buffers of the first communicator after all-reduce,
@@ -150,18 +158,29 @@ def outside_gib(mem, groups):
     return float(out) if np.ndim(out) == 0 else out
 
 
-def reserve_bytes(mem, allocated_bytes, groups):
+def reserve_bytes(mem, allocated_bytes, groups, full_recompute: bool = False):
     """What the device needs beyond the allocated tensors, i.e. what counts against capacity: the allocator's
     unreclaimable fragmentation (`mem.allocator_unreclaimable` x allocated: PyTorch releases every other cached
-    block and retries before it reports out of memory) + outside the allocator (context, NCCL buffers)."""
-    return allocated_bytes * mem.allocator_unreclaimable + outside_gib(mem, groups) * GIB
+    block and retries before it reports out of memory; with full recompute
+    `allocator_unreclaimable_full_recompute`) + outside the allocator (context, NCCL buffers).
+    Numbers or numpy arrays (search/bounds.py)."""
+    import numpy as np
+    full = mem.allocator_unreclaimable_full_recompute
+    if mem.expandable_segments:   # free pages inside the segment are unmapped on release (CUDACachingAllocator.cpp
+        full = None               # release_expandable_segment / unmap_block): fragmentation reclaimable too
+    frac = mem.allocator_unreclaimable if full is None else np.where(full_recompute, full, mem.allocator_unreclaimable)
+    out = allocated_bytes * frac + outside_gib(mem, groups) * GIB
+    return float(out) if np.ndim(out) == 0 else out
 
 
-def slack_bytes(mem, allocated_bytes):
-    """Reserved minus allocated at the peak (`mem.allocator_slack` x allocated): what
-    torch.cuda.max_memory_reserved (and nvidia-smi) shows beyond the tensors; reserve_bytes counts only its
-    unreclaimable part."""
-    return allocated_bytes * mem.allocator_slack
+def slack_bytes(mem, allocated_bytes, full_recompute: bool = False):
+    """Reserved minus allocated at the peak (`mem.allocator_slack`, with full recompute
+    `allocator_slack_full_recompute`, x allocated): what torch.cuda.max_memory_reserved (and nvidia-smi) shows
+    beyond the tensors; reserve_bytes counts only its unreclaimable part."""
+    frac = mem.allocator_slack
+    if full_recompute and mem.allocator_slack_full_recompute is not None:
+        frac = mem.allocator_slack_full_recompute
+    return allocated_bytes * frac
 
 
 def fp8_layer_weight_bytes(mem, primary: bool, weight16_bytes: float = 2.0) -> float:

@@ -30,8 +30,11 @@ Space (paths inside the deepspeed 0.19.8 wheel unless marked MDS = Megatron-Deep
   is refused under ZeRO-3: DeepSpeedEngine._validate_zero3_moe_compatibility ("Native DeepSpeed MoE is
   not supported with ZeRO Stage 3"): added to the refusals.
 - precisions bf16/fp16/fp32: the config has bf16 and fp16 sections (runtime/config.py
-  get_bfloat16_config/get_float16_config) and nothing for fp8; MDS's --fp8-hybrid needs
-  --transformer-impl transformer_engine, which this planner does not cost. The export refuses fp8.
+  get_bfloat16_config/get_float16_config) and nothing for fp8; fp8 GEMMs come from the model code: NVIDIA's
+  Megatron-DeepSpeed --fp8-hybrid through Transformer Engine, HabanaAI/Megatron-DeepSpeed's Intel Gaudi
+  Transformer Engine (the fp8 rows of Intel's Gaudi 2 performance pages and MLPerf v3.1/v4.0 GPT-3 runs). So fp8
+  is in the space and costed as Transformer Engine fp8 (cost/fp8.py); the export refuses it (it writes no
+  Transformer Engine arguments for MDS).
 Execution semantics (which optimizer runs, and when data-parallel collectives run; read in
 runtime/engine.py allreduce_gradients/_do_optimizer_sanity_check, runtime/zero/stage_1_and_2.py,
 runtime/bf16_optimizer.py, runtime/pipe/engine.py _exec_reduce_grads, and observed on 2 CPU ranks
@@ -72,7 +75,9 @@ import json
 
 from baige_plan.cost.memory import (
     ALLOCATOR_SLACK,
+    ALLOCATOR_SLACK_FULL_RECOMPUTE,
     ALLOCATOR_UNRECLAIMABLE,
+    ALLOCATOR_UNRECLAIMABLE_FULL_RECOMPUTE,
     CUDA_CONTEXT_GIB,
     NCCL_FIRST_GIB,
     NCCL_GROUP_GIB,
@@ -123,6 +128,8 @@ MEMORY = MemorySemantics(
     # PyTorch releases cached segments and retries before an out-of-memory: only the unreclaimable part
     # counts against capacity (cost/memory.py ALLOCATOR_UNRECLAIMABLE, measured)
     allocator_unreclaimable=ALLOCATOR_UNRECLAIMABLE,
+    allocator_slack_full_recompute=ALLOCATOR_SLACK_FULL_RECOMPUTE,
+    allocator_unreclaimable_full_recompute=ALLOCATOR_UNRECLAIMABLE_FULL_RECOMPUTE,
     allocator_slack=ALLOCATOR_SLACK, context_gib=CUDA_CONTEXT_GIB, comm_first_gib=NCCL_FIRST_GIB,
     comm_group_gib=NCCL_GROUP_GIB,
     sources=("deepspeed/runtime/bf16_optimizer.py BF16_Optimizer._setup_for_real_optimizer",
@@ -143,7 +150,7 @@ RUNTIME = RuntimeSpec(
     uneven_split=False,   # PipelineModule's balanced partition is not a first/last split (see docstring)
     sequence_parallel="optional",
     recompute=("none", "selective", "full"),
-    precisions=("bf16", "fp16", "fp32", "tf32"),
+    precisions=("bf16", "fp16", "fp32", "tf32", "fp8"),
     heterogeneous=False,
     schedules=("1F1B",),
     execution="fused",

@@ -103,7 +103,9 @@ from __future__ import annotations
 
 from baige_plan.cost.memory import (
     ALLOCATOR_SLACK,
+    ALLOCATOR_SLACK_FULL_RECOMPUTE,
     ALLOCATOR_UNRECLAIMABLE,
+    ALLOCATOR_UNRECLAIMABLE_FULL_RECOMPUTE,
     CUDA_CONTEXT_GIB,
     NCCL_FIRST_GIB,
     NCCL_GROUP_GIB,
@@ -162,6 +164,8 @@ MEMORY = MemorySemantics(
     # PyTorch releases cached segments and retries before an out-of-memory: only the unreclaimable part
     # counts against capacity (cost/memory.py ALLOCATOR_UNRECLAIMABLE, measured)
     allocator_unreclaimable=ALLOCATOR_UNRECLAIMABLE,
+    allocator_slack_full_recompute=ALLOCATOR_SLACK_FULL_RECOMPUTE,
+    allocator_unreclaimable_full_recompute=ALLOCATOR_UNRECLAIMABLE_FULL_RECOMPUTE,
     allocator_slack=ALLOCATOR_SLACK, context_gib=CUDA_CONTEXT_GIB, comm_first_gib=NCCL_FIRST_GIB,
     comm_group_gib=NCCL_GROUP_GIB,
     sources=("docs/user-guide/features/dist_optimizer.md: bytes/param 18 | 6 + 12/d (bf16 params, fp32 grads), "

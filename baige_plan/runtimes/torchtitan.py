@@ -76,7 +76,9 @@ from functools import lru_cache
 
 from baige_plan.cost.memory import (
     ALLOCATOR_SLACK,
+    ALLOCATOR_SLACK_FULL_RECOMPUTE,
     ALLOCATOR_UNRECLAIMABLE,
+    ALLOCATOR_UNRECLAIMABLE_FULL_RECOMPUTE,
     CUDA_CONTEXT_GIB,
     NCCL_FIRST_GIB,
     NCCL_GROUP_GIB,
@@ -364,6 +366,10 @@ MEMORY = MemorySemantics(
     # PyTorch releases cached segments and retries before an out-of-memory: only the unreclaimable part
     # counts against capacity (cost/memory.py ALLOCATOR_UNRECLAIMABLE, measured)
     allocator_unreclaimable=ALLOCATOR_UNRECLAIMABLE,
+    allocator_slack_full_recompute=ALLOCATOR_SLACK_FULL_RECOMPUTE,
+    allocator_unreclaimable_full_recompute=ALLOCATOR_UNRECLAIMABLE_FULL_RECOMPUTE,
+    expandable_segments=True,   # run_llama_train.sh at 9dec370: PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True"
+                                # (run_train.sh PYTORCH_ALLOC_CONF in later releases)
     allocator_slack=ALLOCATOR_SLACK, context_gib=CUDA_CONTEXT_GIB, comm_first_gib=NCCL_FIRST_GIB,
     comm_group_gib=NCCL_GROUP_GIB,
     sources=("torchtitan config manager: training.mixed_precision_param bfloat16 / mixed_precision_reduce "
@@ -378,8 +384,9 @@ RUNTIME = RuntimeSpec(
     title="torchtitan (FSDP2/HSDP, TP+SP, pipelining schedules, CP, EP)",
     package="torchtitan",
     version=VERSION,
-    zero_stages=(0, 3),
+    zero_stages=(0, 2, 3),              # 2: FSDP2 with fsdp_reshard_after_forward "never" (SHARD_GRAD_OP)
     zero_stages_with_pp=(0, 3),
+    fsdp_zero2=True,
     interleaved=True,
     context_parallel=True,
     expert_parallel=True,
@@ -657,7 +664,7 @@ def export(doc: dict) -> Export:
         rep, shard = dp, 1
     else:
         rep, shard = 1, dp
-        if zero in (1, 2):
+        if zero == 1:
             caveats.append(f"torchtitan has no ZeRO-{zero}: exported as FSDP2 full shard (ZeRO-3) over dp={dp}, "
                            "which gathers parameters per micro-batch; the plan's DP traffic and memory do not hold")
     if cp > 1 and zero == 0:
@@ -686,7 +693,8 @@ def export(doc: dict) -> Export:
     if pp > 1 or ep > 1:
         args.append(("--training.disable_cuda_graphs", None))
     args += [("--parallelism.data_parallel_replicate_degree", rep), ("--parallelism.data_parallel_shard_degree", shard),
-             ("--parallelism.fsdp_reshard_after_forward", "default"),
+             # zero 2 = SHARD_GRAD_OP: parameters stay gathered from forward to backward (RuntimeSpec.fsdp_zero2)
+             ("--parallelism.fsdp_reshard_after_forward", "never" if zero == 2 else "default"),
              ("--parallelism.tensor_parallel_degree", tp),
              ("--parallelism.enable_sequence_parallel" if sp else "--parallelism.no_enable_sequence_parallel", None),
              ("--parallelism.context_parallel_degree", cp), ("--parallelism.expert_parallel_degree", ep),

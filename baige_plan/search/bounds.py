@@ -222,7 +222,7 @@ class Bounds:
                 grads, act = np.where(grads > act, grads, 0.0), np.where(grads > act, 0.0, act)
             optim = optim + np.maximum(0.0, step_copy - act)
             alloc = weights + grads + optim + act
-            best = np.maximum(best, (alloc + reserve_bytes(mem, alloc, groups)) / GIB)
+            best = np.maximum(best, (alloc + reserve_bytes(mem, alloc, groups, rec == RECOMPUTE.index("full"))) / GIB)
         return best
 
     # -- per (tp, cp, mb, sp, ep, etp, attention, recompute'): per-layer time --------------------

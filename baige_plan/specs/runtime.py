@@ -113,6 +113,11 @@ class MemorySemantics:
                  and retries (CUDACachingAllocator.cpp malloc: release_available_cached_blocks, then
                  release_cached_blocks), so only free space inside partly used segments is lost. What `fits`
                  counts; the rest of the slack is reclaimable and only in the reserved peak.
+      allocator_slack_full_recompute, allocator_unreclaimable_full_recompute: the same with every layer
+                 recomputed in the backward (None: as without), measured apart (cost/memory.py).
+      expandable_segments: the runtime's launcher sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: the
+                 allocator maps pages into one growing segment and unmaps the free pages of it on release, so the
+                 space split inside a segment is reclaimable too and `allocator_unreclaimable` applies throughout.
       context_gib: CUDA context + kernel-library handles and workspaces outside the allocator.
       comm_first_gib, comm_group_gib: collective-library buffers of the first communicator in use, and
                  of each further one (one per parallel dimension > 1).
@@ -138,6 +143,9 @@ class MemorySemantics:
     fp8_param_bytes: int = 0
     allocator_slack: float = 0.0
     allocator_unreclaimable: float = 0.0
+    allocator_slack_full_recompute: float | None = None
+    allocator_unreclaimable_full_recompute: float | None = None
+    expandable_segments: bool = False
     context_gib: float = 0.0
     comm_first_gib: float = 0.0
     comm_group_gib: float = 0.0
@@ -149,7 +157,10 @@ class MemorySemantics:
                 f"must be one of {SELECTIVE}, got {self.selective!r}")
         require(self.interleave_group == "pp", "memory.interleave_group", "only 'pp' is modelled")
         require(self.loss in LOSSES, "memory.loss", f"must be one of {LOSSES}, got {self.loss!r}")
-        for k in ("allocator_slack", "allocator_unreclaimable", "context_gib", "comm_first_gib", "comm_group_gib"):
+        for k in ("allocator_slack", "allocator_unreclaimable", "context_gib", "comm_first_gib", "comm_group_gib",
+                  "allocator_slack_full_recompute", "allocator_unreclaimable_full_recompute"):
+            if getattr(self, k) is None:
+                continue
             require(getattr(self, k) >= 0, f"memory.{k}", f"must be >= 0, got {getattr(self, k)!r}")
 
     def grad_bytes(self, precision: str, zero: int = 0) -> int:
@@ -195,6 +206,7 @@ class RuntimeSpec:
     bf16_grad_reduce: bool = False     # bf16 main grads reduced in bf16 (Megatron --grad-reduce-in-bf16)
     cp_comm: str = "p2p"               # context-parallel attention: "p2p" ring | "allgather" (cost/cp.py)
     balanced_partition: bool = False   # uneven layer counts split balanced over the stages (StrategySpec field)
+    fsdp_zero2: bool = False           # zero 2 = FSDP SHARD_GRAD_OP (reshard_after_forward=False), not DeepSpeed's
     attention_kernel: str = "cudnn"    # fused attention it launches on chips that have it (specs/chip.py
                                        # ATTENTION_KERNELS; a strategy's attention_kernel overrides it)
     notes: tuple[str, ...] = field(default_factory=tuple)   # sources for the semantics above

@@ -260,7 +260,8 @@ def check_dir(tt: Titan, d: Path) -> list[str]:
     eq("training.seq_len", tr.seq_len, e["seq"])
     eq("training.global_batch_size", tr.global_batch_size, e["gb"])
     eq("training.local_batch_size", tr.local_batch_size, e["mb"] * e["m"] if e["pp"] > 1 else e["mb"])
-    need(e["zero"] in (0, 3), f"zero={e['zero']}: torchtitan runs ZeRO-0 (replicate) or ZeRO-3 (FSDP2) only")
+    need(e["zero"] in (0, 2, 3), f"zero={e['zero']}: torchtitan runs ZeRO-0 (replicate), ZeRO-2 (FSDP2 without "
+         "resharding after forward) or ZeRO-3 (FSDP2) only")
     rep, shard = (e["dp"], 1) if e["zero"] == 0 else (1, e["dp"])
     eq("parallelism.data_parallel_replicate_degree", par.data_parallel_replicate_degree, rep)
     eq("parallelism.data_parallel_shard_degree", par.data_parallel_shard_degree, shard)
@@ -270,7 +271,8 @@ def check_dir(tt: Titan, d: Path) -> list[str]:
     eq("parallelism.pipeline_parallel_degree", par.pipeline_parallel_degree, e["pp"])
     eq("parallelism.context_parallel_degree", par.context_parallel_degree, e["cp"])
     eq("parallelism.expert_parallel_degree", par.expert_parallel_degree, e["ep"])
-    eq("parallelism.fsdp_reshard_after_forward", par.fsdp_reshard_after_forward, "default")
+    eq("parallelism.fsdp_reshard_after_forward", par.fsdp_reshard_after_forward,
+       "never" if e["zero"] == 2 else "default")
     if e["pp"] > 1:
         eq("parallelism.pipeline_parallel_schedule", par.pipeline_parallel_schedule,
            "Interleaved1F1B" if e["vpp"] > 1 else "1F1B")
