@@ -177,8 +177,12 @@ class Bounds:
         eager = self.runtime.execution == "eager"
         fp32 = job.precision in FP32_PRECISIONS
         # model-state bytes per parameter as estimate.stage_cost counts them (cost/memory.py state_bytes)
-        w, g, k, st = _by_zero(mem, job.precision, zero, dpd)
-        we, ge, ke, ste = _by_zero(mem, job.precision, zero, edp)
+        # FSDP SHARD_GRAD_OP (zero 2 where RuntimeSpec.fsdp_zero2): states sharded as zero 3, the stage's 16-bit
+        # parameters resident from forward to backward (estimate.stage_cost)
+        sgo = (zero == 2) & bool(self.runtime.fsdp_zero2)
+        zst = np.where(sgo, 3.0, zero)
+        w, g, k, st = _by_zero(mem, job.precision, zst, dpd)
+        we, ge, ke, ste = _by_zero(mem, job.precision, zst, edp)
         pb = 4.0 if fp32 else float(mem.zero3_param_bytes)
         rb = 4.0 if fp32 else float(mem.zero3_reduce_bytes)
         fsdp = (zero >= 3) | bool(mem.fsdp_always)
@@ -207,9 +211,11 @@ class Bounds:
                 weights = weights + mem.fp8_weight_cache_bytes * np.maximum(dense + expert - emb, 0.0)
             unit = np.maximum(layer_full / per_layer, np.where(emb > 0, m.vocab * m.hidden / tp, 0.0))
             ahead = unit if mem.zero3_prefetch_params is None else np.minimum(unit, mem.zero3_prefetch_params)
-            weights += np.where(step_gather, pb * (dense + expert), np.where(fsdp, pb * (unit + ahead), 0.0))
-            grads += np.where(step_gather, (4.0 if fp32 else mem.pipeline_grad_bytes) * (dense + expert),
-                              np.where(fsdp, (pb + rb) * unit, 0.0))
+            weights += np.where(sgo, pb * (dense + expert), np.where(
+                step_gather, pb * (dense + expert), np.where(fsdp, pb * (unit + ahead), 0.0)))
+            grads += np.where(sgo, (pb + rb) * layer_full, np.where(
+                step_gather, (4.0 if fp32 else mem.pipeline_grad_bytes) * (dense + expert),
+                np.where(fsdp, (pb + rb) * unit, 0.0)))
             inflight = inflight_microbatches(pp, vpp, micro, idx)
             act = mb * (nd * A[:, 0] + nm * A[:, 1]) * inflight
             act += np.where(keep_working, mb * np.maximum(np.where(nd > 0, A[:, 2], 0), np.where(nm > 0, A[:, 3], 0)),
