@@ -106,7 +106,7 @@ def test_refused_run_is_listed_not_fatal(monkeypatch):
         raise SpecError("strategy.tp", "tp=3 does not divide heads=16")
 
     monkeypatch.setattr(B, "estimate", refuse)
-    case = SimpleNamespace(id="r1", model=None, cluster=None, job=None, strategy=None)
+    case = SimpleNamespace(id="r1", model=None, cluster=None, job=None, strategy=None, excluded=None)
     rows, refused = B.backtest_cases([case])
     assert rows == [] and refused == [{"id": "r1", "field": "strategy.tp", "reason": "tp=3 does not divide heads=16"}]
     s = B.summarize(rows, refused)

@@ -117,7 +117,8 @@ def test_loso_refit_minimises_the_true_objective():
     doc = L.loso([REF], CAT, fitted=fitted)
     src = {s["source"]: s for s in doc["sources"]}
     v = src["korthikanti2022"]["refit"]["gemm_scale"]
-    train = [c for c in load_runs(REF, CAT) if c.id.startswith("narayanan2021")]   # bloom: refused by its runtime
+    # training rows: every source but korthikanti2022 (BLOOM runs DeepSpeed's balanced partition, in its space)
+    train = [c for c in load_runs(REF, CAT) if not c.id.startswith("korthikanti2022")]
 
     def objective(scale: float) -> float:
         cal = Calibration(gemm_scale=scale)
@@ -125,15 +126,15 @@ def test_loso_refit_minimises_the_true_objective():
                                               .step_time_s / c.measured_step_time_s)) for c in train)
 
     brute = min(objective(round(0.80 + 0.01 * i, 2)) for i in range(46))
-    assert objective(v) <= brute + 1e-3
+    # within the grid interpolation's error (0.1-0.2 points of median |log| over these 17 rows)
+    assert objective(v) <= brute + 2.5e-3
     # the held-out rows are scored with exactly that value
     rows = {r["id"]: r for r in doc["rows"]}
     for c in load_runs(REF, CAT):
         if c.id.startswith("korthikanti2022"):
             want = estimate(c.model, c.cluster, c.job, c.strategy, calibration=Calibration(gemm_scale=v)).step_time_s
             assert rows[c.id]["loso_predicted_step_time_s"] == pytest.approx(want, rel=1e-4)
-    assert rows["bloom176b_tr11_384gpu"]["evaluated"] is False
-    assert "refused by its runtime" in rows["bloom176b_tr11_384gpu"]["reason"]
+    assert rows["bloom176b_tr11_384gpu"]["evaluated"] is True
 
 
 def test_loso_document_is_deterministic_and_complete():

@@ -73,8 +73,8 @@ def test_nemo_llama3_8b_cp2_fp8_states_by_hand():
 
 def test_what_counts_against_capacity():
     """other = 1 % of allocated (unreclaimable) + context + NCCL (2 communicators: CP, dp x cp);
-    the reserved peak adds the rest of the 4.35 % slack, which PyTorch frees before reporting out of memory;
-    with full recompute all of its 14.9 % counts."""
+    the reserved peak adds the rest of the 4.35 % slack (14.9 % with full recompute), which PyTorch frees before
+    reporting out of memory."""
     s = StrategySpec(tp=1, pp=1, dp=4, cp=2, zero=1, micro_batch=1, recompute="none", runtime="megatron")
     e = estimate(LLAMA3_8B, _h100(8), JobSpec(128, 8192, "bf16"), s)
     st = e.stages[0]
@@ -87,7 +87,8 @@ def test_what_counts_against_capacity():
     assert e.fits == (e.peak_memory_gib <= e.capacity_gib)
     f = estimate(LLAMA3_8B, _h100(8), JobSpec(128, 8192, "bf16"), s.with_(recompute="full"))
     af = f.stages[0].allocated_gib
-    assert f.peak_memory_gib == approx(af * 1.149 + outside) == approx(f.reserved_peak_gib)
+    assert f.peak_memory_gib == approx(af * 1.01 + outside)
+    assert f.reserved_peak_gib == approx(af * 1.149 + outside)
 
 
 def _rows(tmp_path: Path, framework: str, precision: str, extra: str = "") -> StrategySpec:

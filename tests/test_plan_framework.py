@@ -51,7 +51,7 @@ def test_default_runtime_is_megatron_and_named():
     ("megatron", ["--zero", "2"], "ZeRO stages [0, 1, 3]"),
     ("deepspeed", ["--vpp", "2"], "interleaved"),
     ("deepspeed", ["--pp", "4", "--zero", "2"], "with pipeline parallelism"),
-    ("torchtitan", ["--zero", "1"], "ZeRO stages [0, 3]"),
+    ("torchtitan", ["--zero", "1"], "ZeRO stages [0, 2, 3]"),
     ("deepspeed", ["--precision", "fp8"], "fp8"),
 ])
 def test_pins_the_runtime_cannot_run_are_refused(runtime, pin, why):

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 
 from baige_plan.cost.flops import Gemm
 from baige_plan.cost.memory import FP32_PRECISIONS  # fp32 storage: 4-byte weights, grads, activations
+from baige_plan.specs.calibration import COMMITTED
 from baige_plan.specs.chip import ChipSpec
 from baige_plan.specs.model import ModelSpec
 
@@ -82,9 +83,12 @@ class ChipRates:
     attn_kernel: str = ""     # the runtime's fused-attention kernel (specs/chip.py ATTENTION_KERNELS; "": none known)
 
     @classmethod
-    def of(cls, chip: ChipSpec, precision: str, gemm_scale: float = 1.0) -> ChipRates:
+    def of(cls, chip: ChipSpec, precision: str, gemm_scale: float | None = None) -> ChipRates:
         """Rates of `precision` on `chip`; SpecError naming the figure when the chip lacks one.
-        `gemm_scale`: specs/calibration.py Calibration.gemm_scale (1.0: the curves as committed)."""
+        `gemm_scale`: the chip's GEMM-efficiency multiplier (specs/calibration.py Calibration.gemm_scale_for);
+        None: the committed calibration's."""
+        if gemm_scale is None:
+            gemm_scale = COMMITTED.gemm_scale_for(chip.id)
         gemm_dtype = precision    # fp32 -> fp32 (CUDA cores), tf32 -> tf32 (tensor cores)
         hbm = chip.need("hbm_GBps") * 1e9 * (chip.hbm_efficiency or DEFAULT_HBM_EFF)
         act = 4 if precision in FP32_PRECISIONS else 2

@@ -19,7 +19,6 @@ from baige_plan import runtimes
 from baige_plan.cost import collectives as C
 from baige_plan.cost.compute import ChipRates, gemm_time_s, layer_memory_bytes
 from baige_plan.cost.cp import cp_attention
-from baige_plan.cost.fp8 import fp8_quantize_bytes, fp8_recipe
 from baige_plan.cost.execution import EAGER, FUSED_LOSS_BYTES_PER_LOGIT, eager_host_s
 from baige_plan.cost.flops import (
     Gemm,
@@ -28,6 +27,7 @@ from baige_plan.cost.flops import (
     logits_gemm,
     megatron_model_flops,
 )
+from baige_plan.cost.fp8 import fp8_quantize_bytes, fp8_recipe
 from baige_plan.cost.memory import (
     BF16_GRAD_BYTES,
     FP32_PRECISIONS,
@@ -45,7 +45,15 @@ from baige_plan.cost.memory import (
     state_bytes,
     weight_bytes,
 )
-from baige_plan.cost.moe import expert_gemm_kind, moe_layer_terms
+from baige_plan.cost.moe import (
+    TE_GROUPED_MLP_RUNTIMES,
+    expert_gemm_kind,
+    host_bound_moe_layer_s,
+    host_factor,
+    moe_dispatch_syncs,
+    moe_layer_launches,
+    moe_layer_terms,
+)
 from baige_plan.cost.params import layer_params_split
 from baige_plan.specs.calibration import COMMITTED, Calibration
 from baige_plan.specs.job import JobSpec
@@ -260,6 +268,13 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
         eager_rec = EAGER.recompute_bytes_per_token_layer_hidden * tok_h / r.hbm_Bps
     lf = g_f + a_f + m_f
     lb = 2 * g_f + a_b + m_b
+    # the forward's device time after an MoE dispatcher's host sync, by phase (cost/moe.py host_bound_moe_layer_s):
+    # dispatch + experts (expert GEMMs, routing/permutation traffic, all-to-alls) and the router GEMM
+    moe_dev_e = moe_dev_r = 0.0
+    if mt is not None:
+        moe_dev_e = (sum(gemm_time_s(g, r) for g in lin if g.name.startswith("expert_")) * load
+                     + mt.dispatch_fwd_s + mt.ep_s)
+        moe_dev_r = sum(gemm_time_s(g, r) for g in lin if g.name == "router")
     if mt is not None:
         lb += mt.expert_bwd_extra_s   # torch._grouped_mm experts: backward beyond 2 x forward (cost/moe.py)
     timed = meas is not None and meas.has_times
@@ -377,7 +392,7 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
         act_layer_full = max(act_layer_full, working)
     return {"fwd": fwd, "bwd": bwd, "rec": rec, "comp": comp, "tp": tp_t, "ep": ep_t, "cp": cp_t, "hw": hw_flops,
             "dense_p": dense_p, "expert_p": expert_p, "act": act, "act_full": act_layer_full,
-            "lf": lf, "lb": lb, "rc": rc}
+            "lf": lf, "lb": lb, "rc": rc, "moe_dev_experts": moe_dev_e, "moe_dev_router": moe_dev_r}
 
 
 def _embedding_act_bytes(model: ModelSpec, s: StrategySpec, tokens: float, act_bytes: int, sp: bool) -> float:
@@ -408,6 +423,13 @@ def homogeneous_pp_link(group: GroupSpec, s: StrategySpec) -> C.Link:
     return C.nic_p2p_link(group, per_node=min(stride, group.devices_per_node))
 
 
+def strategy_rates(chip, precision: str, s: StrategySpec, calibration: Calibration | None = None) -> ChipRates:
+    """The chip's rates as strategy `s` runs on it: its calibrated GEMM efficiency (specs/calibration.py) and the
+    fused-attention kernel of the strategy, or of its runtime."""
+    r = ChipRates.of(chip, precision, (calibration or COMMITTED).gemm_scale_for(chip.id))
+    return replace(r, attn_kernel=s.attention_kernel or runtimes.get(s.runtime).attention_kernel)
+
+
 def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec, index: int,
                first_layer: int, n_layers: int, m: int,
                p2p_links: tuple[C.Link | None, C.Link | None] | None = None,
@@ -415,8 +437,7 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
     """Cost of pipeline stage `index` (layers [first_layer, first_layer + n_layers)) on `group`,
     per micro-batch, plus its memory. `p2p_links` = (link to the previous stage, link to the next)
     for heterogeneous pipelines; default: both from `homogeneous_pp_link`."""
-    r = ChipRates.of(group.chip, job.precision, (calibration or COMMITTED).gemm_scale)
-    r = replace(r, attn_kernel=s.attention_kernel or runtimes.get(s.runtime).attention_kernel)
+    r = strategy_rates(group.chip, job.precision, s, calibration)
     seq = job.seq_len
     dpn = group.devices_per_node
     tokens = s.micro_batch * seq / s.cp
@@ -448,6 +469,8 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
         # all dense (all MoE) layers are identical: cost one, multiply
         meas = entry.layer if entry is not None and not moe else None
         lt = _layer_terms(model, s, r, seq, tokens, sp, std, (tp_link, cp_link, ep_link, etp_link), moe, meas)
+        if moe:
+            lt_moe = lt
         src_c.add(label if meas is not None and meas.has_times else ANALYTICAL)
         src_a.add(label if meas is not None and meas.activation_bytes is not None else ANALYTICAL)
         fwd += count * lt["fwd"]
@@ -463,6 +486,17 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
         act += count * lt["act"]
         act_layer_full = max(act_layer_full, lt["act_full"])
     bwd += rec
+    if n_moe and s.execution == "fused" and s.runtime in TE_GROUPED_MLP_RUNTIMES and model.moe is not None:
+        # Megatron-core MoE layers are issued eagerly from Python: the host time of their launches, and the
+        # dropless dispatcher's per-layer host sync, can set the pace (cost/moe.py host_bound_moe_layer_s)
+        d_f, d_b = lt_moe["fwd"], lt_moe["bwd"]
+        d_e = min(lt_moe["moe_dev_experts"], d_f)
+        d_r = min(lt_moe["moe_dev_router"], d_f - d_e)
+        launches = moe_layer_launches(model, s, fp8_recipe(s, r.chip) if r.dtype == "fp8" else "")
+        t_f, t_b = host_bound_moe_layer_s(launches, host_factor(group.chip.id), d_e, d_f - d_e - d_r, d_r, d_b,
+                                          moe_dispatch_syncs(s))
+        fwd += n_moe * (t_f - d_f)
+        bwd += n_moe * (t_b - d_b)
     if s.execution == "eager":
         # eager PyTorch: the host must dispatch every op; a host slower than the device sets the pace,
         # and expert all-to-alls with data-dependent splits serialise the two (cost/execution.py)
@@ -545,11 +579,15 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
     fp32 = job.precision in FP32_PRECISIONS
     pb = 4 if fp32 else mem.zero3_param_bytes      # a gathered parameter (FSDP2 param_dtype)
     fsdp = s.zero >= 3 or mem.fsdp_always
+    fp8_b = 0.0   # TE's fp8 bytes per layer parameter that is gathered (cost/memory.py fp8_layer_weight_bytes)
     if job.precision == "fp8":
         # TE's cached fp8 weight + transpose over bf16 weights, or fp8 primary weights (--fp8-param-gather)
-        # replacing the 16-bit copy (cost/memory.py fp8_layer_weight_bytes); embedding and output layer stay bf16
+        # replacing the 16-bit copy; embedding and output layer stay bf16. Sharded (ZeRO-3 / FSDP) weights have
+        # their fp8 copy only while gathered: the units in use below
         primary = bool(getattr(s, "fp8_param_gather", False)) and s.zero < 3
-        weights += fp8_layer_weight_bytes(mem, primary) * max(dense_p + expert_p - emb_p, 0.0)
+        fp8_b = fp8_layer_weight_bytes(mem, primary)
+        if not fsdp or shard_grad_op or rt.zero3_gather(s.pp) == "step":
+            weights += fp8_b * max(dense_p + expert_p - emb_p, 0.0)
     if shard_grad_op:
         # reshard_after_forward=False (FSDP1 ShardingStrategy.SHARD_GRAD_OP, FSDP2 fully_shard(reshard_after_forward=
         # False)): every unit's 16-bit parameters stay gathered from its forward to its backward, so at the peak
@@ -570,7 +608,7 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
         layer_full = max(dense_p + expert_p - emb_p, 0.0) / max(n_layers, 1)
         unit = max(layer_full / zero3_collectives_per_layer(s), model.vocab * model.hidden / s.tp if emb_p else 0.0)
         ahead = unit if mem.zero3_prefetch_params is None else min(unit, mem.zero3_prefetch_params)
-        weights += pb * (unit + ahead)
+        weights += pb * (unit + ahead) + fp8_b * min(unit + ahead, layer_full * 2)
         grads += (pb + (4 if fp32 else mem.zero3_reduce_bytes)) * unit
     inflight = inflight_microbatches(s.pp, s.vpp, m, index)
     activations = act * inflight + extra_act + act_layer_full
@@ -586,7 +624,7 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
     allocated = weights + grads + optim + activations
     groups = comm_groups(s.tp, s.cp, s.dp, s.pp, s.ep, s.etp)
     full_rc = s.recompute == "full"
-    other = reserve_bytes(mem, allocated, groups, full_rc)   # unreclaimable allocator fragmentation + context, NCCL
+    other = reserve_bytes(mem, allocated, groups)   # unreclaimable allocator fragmentation + context + NCCL
     opt_rate = adam_bytes_per_param(job.precision) / r.hbm_Bps
     if entry is not None and entry.optimizer_s_per_param is not None:
         opt_rate = entry.optimizer_s_per_param

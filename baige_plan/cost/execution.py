@@ -134,9 +134,49 @@ class Fsdp2Host:
     optimizer_unit_s: float = 0.61e-3    # per unit per optimizer step (AdamW over DTensor shards)
 
 
+@dataclass(frozen=True)
+class LaunchHost:
+    """Host (CPU) seconds per launch of GPU work from PyTorch, measured on one x86 H200 host (benchmarks/real/
+    host_launch.py -> host_launch_h200.raw.json, torch 2.11, device idle at the start, fewer launches than the queue
+    holds; docs/COST_MODEL.md §2c "Host-bound MoE layers"); what cost/moe.py `fused_moe_host` multiplies its
+    launch counts by. The same host's `torch.mm` (16.8 us) matches the 13.5 us CPU time of a torch Linear forward on
+    an H100 DGX (Xeon 8480C; TransformerEngine issue #2053), so it stands for a DGX-class x86 host.
+
+    eager_kernel_s: per kernel of an eager PyTorch training layer, forward + backward with autograd (the harness's
+      dense block 16.5-18.8 us, its MoE block 15.9-20.1 us per kernel at 64 and 4096 tokens; `eager`);
+    gemm_s: per cuBLAS GEMM (torch.mm at Qwen3-30B-A3B expert shapes: output allocation, cuBLASLt heuristic and
+      launch; median of 18 points 15.8-17.7 us; a TorchScript loop, i.e. issued from C++ as Transformer Engine's
+      per-expert loop is, cost the same 11.9 vs 11.2 us on a second host: the cost is not Python's; `gemm`);
+    small_kernel_s: per elementwise kernel launched without autograd (8.7 us add_, 7.9 us mm(out=) behind a busy
+      device; `queue`): TE's per-expert fp8 quantisation kernels (with their output allocations);
+    te_module_over_torch: a Transformer Engine module call costs this many torch Linear calls of host: te.Linear
+      BF16 forward 99.66 vs torch 37.08 us CPU on GB200, 90.53 vs 33.17 on GH200 (TransformerEngine issue #2053,
+      2025-08; 2.69, 2.73): prepare_forward, fp8 metadata and quantizer bookkeeping in Python;
+    collective_s: per NCCL collective issued through an autograd Function and c10d (EagerHost.tp_collective_s,
+      measured on 4x H200);
+    grace_host_factor: host code on a Grace CPU (GB200/GH200) over an H100 DGX's Xeon: torch Linear CPU time 37.08
+      / 13.48 us (TransformerEngine issue #2053);
+    queue_depth: kernel launches the host may run ahead of the device before a launch blocks (1,021 on H200, both
+      for add_ and mm; `queue`)."""
+
+    eager_kernel_s: float = 17.5e-6
+    gemm_s: float = 16.8e-6
+    small_kernel_s: float = 8.3e-6
+    te_module_over_torch: float = 2.7
+    collective_s: float = 136e-6
+    grace_host_factor: float = 2.75
+    queue_depth: int = 1021
+
+    @property
+    def te_module_s(self) -> float:
+        """One Transformer Engine module call (its Python and its kernels' launches)."""
+        return self.te_module_over_torch * self.gemm_s
+
+
 EAGER = EagerTraffic()
 EAGER_HOST = EagerHost()
 FSDP2_HOST = Fsdp2Host()
+LAUNCH_HOST = LaunchHost()
 
 
 def eager_host_s(n_layers: int, n_moe: int, local_experts: float, recompute_full: bool, dp: int, zero: int,

@@ -12,13 +12,13 @@
 from __future__ import annotations
 
 from baige_plan.cost import collectives as C
-from baige_plan.cost.compute import ChipRates
 from baige_plan.cost.estimate import (
     ADAM_BYTES_PER_PARAM,
     _embedding_act_bytes,
     _layer_terms,
     _logits_terms,
     _placement_per_node,
+    strategy_rates,
 )
 from baige_plan.cost.params import layer_params_split
 from baige_plan.specs.chip import ChipSpec
@@ -58,7 +58,7 @@ def _strategy(tp: int, mb: int, recompute: str, sp: bool, attention: str, knobs:
 
 def _terms(model: ModelSpec, chip: ChipSpec, seq_len: int, precision: str, s: StrategySpec) -> dict:
     """The analytical per-layer, embedding and logits numbers for strategy `s` (one device)."""
-    r = ChipRates.of(chip, precision)
+    r = strategy_rates(chip, precision, s)
     dpn = max(8, s.tp)
     group = GroupSpec(name="profile", chip=chip, nodes=1, devices_per_node=dpn)
     links = (C.group_link(group, s.tp, min(s.tp, dpn)), C.group_link(group, s.cp, _placement_per_node(dpn, s.tp, s.cp)),

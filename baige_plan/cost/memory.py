@@ -51,11 +51,11 @@ ALLOCATOR_SLACK_FULL_RECOMPUTE = 0.149
 # the allocator freed cached segments and retried, num_alloc_retries up to 11), with and without
 # expandable_segments: benchmarks/real/alloc_reclaim_h100.yaml (H100, torch 2.11 cu130). An upper bound.
 ALLOCATOR_UNRECLAIMABLE = 0.01
-# with full recompute the slack is not given back: the same script on the harness's full-recompute shapes
-# (benchmarks/real/alloc_reclaim_h100_recompute.yaml) ran out of memory capped at 1.04 and 1.08 x the allocated peak
-# (free space split inside live segments, num_alloc_retries 1-2) and completed at 1.16 (its own reserved peak: 1.159):
-# all of it counts
-ALLOCATOR_UNRECLAIMABLE_FULL_RECOMPUTE = ALLOCATOR_SLACK_FULL_RECOMPUTE
+# Not applied: with full recompute the harness's shapes needed more (benchmarks/real/alloc_reclaim_h100_recompute.yaml:
+# out of memory capped at 1.04 and 1.08 x the allocated peak, complete at 1.16): a 1.54 GiB fp32-logits request found
+# no contiguous block in the segments recompute had split. That loss is of the order of the largest allocation, not a
+# fraction of allocated, and published full-recompute runs ran where 14.9 % would not fit (Narayanan 2021 ZeRO-3 529B
+# on 640 A100: 82.3 > 80 GiB): docs/COST_MODEL.md "Memory model", left out
 # device memory outside the allocator (benchmarks/real/memory_overhead.py -> memory_overhead_h200.yaml; H200,
 # torch 2.11 cu130, NCCL 2.28.9, NVLS off): CUDA context with cuBLAS/cuDNN handles and workspaces after a GEMM,
 # flash-SDPA and cross-entropy forward/backward; NCCL buffers of the first communicator after all-reduce,
@@ -158,19 +158,12 @@ def outside_gib(mem, groups):
     return float(out) if np.ndim(out) == 0 else out
 
 
-def reserve_bytes(mem, allocated_bytes, groups, full_recompute: bool = False):
+def reserve_bytes(mem, allocated_bytes, groups):
     """What the device needs beyond the allocated tensors, i.e. what counts against capacity: the allocator's
     unreclaimable fragmentation (`mem.allocator_unreclaimable` x allocated: PyTorch releases every other cached
-    block and retries before it reports out of memory; with full recompute
-    `allocator_unreclaimable_full_recompute`) + outside the allocator (context, NCCL buffers).
+    block and retries before it reports out of memory) + outside the allocator (context, NCCL buffers).
     Numbers or numpy arrays (search/bounds.py)."""
-    import numpy as np
-    full = mem.allocator_unreclaimable_full_recompute
-    if mem.expandable_segments:   # free pages inside the segment are unmapped on release (CUDACachingAllocator.cpp
-        full = None               # release_expandable_segment / unmap_block): fragmentation reclaimable too
-    frac = mem.allocator_unreclaimable if full is None else np.where(full_recompute, full, mem.allocator_unreclaimable)
-    out = allocated_bytes * frac + outside_gib(mem, groups) * GIB
-    return float(out) if np.ndim(out) == 0 else out
+    return allocated_bytes * mem.allocator_unreclaimable + outside_gib(mem, groups) * GIB
 
 
 def slack_bytes(mem, allocated_bytes, full_recompute: bool = False):

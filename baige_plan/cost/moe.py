@@ -172,3 +172,133 @@ def moe_layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, tokens: flo
         extra = grouped_mm_bwd_extra_s(lin, r, load)
     return MoeLayerTerms(load=load, dispatch_fwd_s=d_f / r.hbm_Bps, dispatch_bwd_s=d_b / r.hbm_Bps, ep_s=t_ep,
                          expert_bwd_extra_s=extra)
+
+
+# ---- Host-bound MoE layers on fused runtimes (docs/COST_MODEL.md §2c "Host-bound MoE layers") ----------------------
+# A dropless token dispatcher needs the per-expert token counts on the host before it can size its all-to-all
+# and TE GroupedLinear's per-expert GEMMs, so it reads them back once per MoE layer forward and the host waits for
+# the device there: Megatron-core MoEAlltoAllTokenDispatcher.preprocess (core_v0.15.0 .. core_v0.17.0
+# token_dispatcher.py) sets cuda_sync_point "before_ep_alltoall" (ep > 1 or tp > 1) or "before_finish",
+# `_maybe_dtoh_and_synchronize` copies the counts on a side stream and `d2h_event.synchronize()`s; the flex
+# dispatcher's HybridEP `dispatch_with_permute(non_blocking=False)` when num_permuted_tokens is None and DeepEP's
+# dispatch wait on the host the same way (fused_a2a.py). With `moe_pad_expert_input_to_capacity` (token drop, the
+# NeMo 25.02-25.09 / Megatron-Bridge 0.1 `apply_moe_token_drop` recipes) the splits are static: no sync. The backward
+# reuses the forward's host-side splits (GroupedLinear ctx.m_splits; all-to-all with saved splits): no sync.
+# After a sync the host must issue a layer's launches before the device can run them, so a sync'd segment takes
+# max over its phases p of (host time of the phases before p + max(host of p + device after p, device from p)):
+# measured on 24 synthetic layers (host_launch_h200.raw.json `sync`): the sync'd steps ran 45.9 / 49.4 / 74.9 ms
+# against 46.9 / 52.4 / 78.7 ms by this rule, 44.9 / 42.9 / 50.5 ms without the sync.
+GRACE_HOST_CHIPS = ("gb200", "gb300", "gh200")     # Grace CPU hosts (execution.LaunchHost.grace_host_factor)
+# fp8 quantisation kernels TE launches per expert per GEMM input (TE 2.9 cast.cpp multi_tensor_quantize_impl: one
+# fused multi-cast-transpose for all experts only under delayed scaling; Float8CurrentScalingQuantizer: amax, scale,
+# cast; MXFP8Quantizer: one block-scaled cast)
+FP8_QUANT_KERNELS = {"delayed": 0.0, "current": 3.0, "mxfp8": 1.0}
+CUDA_GRAPH_SCOPES = ("attn", "moe_router", "moe_preprocess", "full")
+
+
+@dataclass(frozen=True)
+class Launches:
+    """Host work of one phase of an MoE layer, in launches of each kind (execution.LaunchHost prices them)."""
+
+    te_modules: float = 0.0     # Transformer Engine module calls (their Python and kernels)
+    eager: float = 0.0          # eager PyTorch kernels issued from Python, autograd included
+    gemms: float = 0.0          # cuBLAS GEMMs issued from TE's per-expert C++ loop
+    small: float = 0.0          # quantisation kernels issued from C++ (with their allocations)
+    collectives: float = 0.0    # NCCL collectives through c10d
+
+    def host_s(self, h=None) -> float:
+        from baige_plan.cost.execution import LAUNCH_HOST
+        h = h or LAUNCH_HOST
+        return (self.te_modules * h.te_module_s + self.eager * h.eager_kernel_s + self.gemms * h.gemm_s
+                + self.small * h.small_kernel_s + self.collectives * h.collective_s)
+
+
+@dataclass(frozen=True)
+class MoeLayerLaunches:
+    """One MoE layer's launches per micro-batch as Megatron-core (core_v0.15-0.17) + Transformer Engine (2.9-2.14)
+    issue them, forward by phase in issue order after the dispatcher's sync -- `experts` (permute, all-to-alls,
+    sort by local expert, TEGroupedMLP, combine), `attention` (the next layer's attention half), `router` (router,
+    aux loss, preprocess + the count read-back) -- and the backward."""
+
+    experts: Launches
+    attention: Launches
+    router: Launches
+    backward: Launches
+
+
+def moe_layer_launches(model: ModelSpec, s: StrategySpec, recipe: str = "") -> MoeLayerLaunches:
+    """Launch counts of one MoE layer (counted from the sources, docs/COST_MODEL.md §2c table). `recipe`: the fp8
+    recipe ("" = 16-bit GEMMs). CUDA-graphed scopes (`s.cuda_graph_scope`) cost one eager launch (the replay)."""
+    e = model.moe
+    assert e is not None
+    local = e.experts / s.ep
+    q = FP8_QUANT_KERNELS.get(recipe, 0.0)
+    fp8 = 1.0 if recipe else 0.0
+    per_linear_fused = 1.0 if recipe == "delayed" else 0.0    # one multi-cast-transpose per GroupedLinear call
+    comm = 1.0 if s.ep * s.tp > 1 else 0.0
+    scopes = set(filter(None, str(getattr(s, "cuda_graph_scope", "") or "").split(",")))
+    # attention half: TELayerNormColumnParallelLinear (qkv), TEDotProductAttention, TERowParallelLinear (proj),
+    # TENorm (pre-MLP norm of the MoE layer); fused RoPE on q and k and the bias-dropout-add, forward and backward;
+    # with sequence parallelism, an all-gather before and a reduce-scatter after (TE issues them from C++)
+    attn_f = Launches(te_modules=4, eager=3)
+    attn_b = Launches(te_modules=4, eager=3)
+    # router (TopKRouter: fp32 cast + gating GEMM, force-balance random logits, softmax/top-k/scatter into the
+    # routing map and probs, switch load-balancing aux loss, its tracker and MoEAuxLossAutoScaler) 18 forward,
+    # 10 backward; preprocess: count sums/slices 8 kernels, the all-gather of the counts over tp x ep, 4 device->host
+    # copies of the splits on the side stream
+    router_f = Launches(eager=18)
+    router_b = Launches(eager=10)
+    pre_f = Launches(eager=8, small=4, collectives=comm)
+    # dispatch + combine (fused permute, sort_chunks_by_idxs of tokens and probs, their inverses, fused unpermute,
+    # bias-dropout-add): 7 kernels a pass; all-to-alls of the tokens and the probs, and the combine (ep > 1)
+    a2a = 3.0 if s.ep > 1 else 0.0
+    disp_f = Launches(eager=7, collectives=a2a)
+    disp_b = Launches(eager=7, collectives=a2a)
+    # TEGroupedMLP: two GroupedLinear calls; weighted activation; fp8 padding/unpadding (Fp8Padding); per local
+    # expert and linear one GEMM (forward) or two (dgrad, wgrad) and the input / output-gradient quantisation
+    exp_f = Launches(te_modules=2, eager=1 + 2 * fp8, gemms=2 * local, small=2 * (q * local + per_linear_fused))
+    exp_b = Launches(te_modules=2, eager=1 + 2 * fp8, gemms=4 * local, small=2 * (q * local + per_linear_fused))
+    if "full" in scopes:      # every layer (or the iteration) replayed from a graph: no per-kernel host work
+        return MoeLayerLaunches(Launches(), Launches(), Launches(), Launches())
+    if "attn" in scopes:
+        attn_f = attn_b = Launches(eager=1)
+    if "moe_router" in scopes:
+        router_f, router_b = Launches(eager=1), Launches(eager=1)
+    if "moe_preprocess" in scopes:
+        pre_f = Launches(eager=1)
+    return MoeLayerLaunches(experts=_sum(disp_f, exp_f), attention=attn_f, router=_sum(router_f, pre_f),
+                            backward=_sum(attn_b, router_b, disp_b, exp_b))
+
+
+def _sum(*ls: Launches) -> Launches:
+    return Launches(*(sum(getattr(x, f) for x in ls) for f in ("te_modules", "eager", "gemms", "small", "collectives")))
+
+
+def host_factor(chip_id: str) -> float:
+    """Host code speed relative to the measured x86 host: Grace CPUs run it execution.LaunchHost.grace_host_factor
+    times slower."""
+    from baige_plan.cost.execution import LAUNCH_HOST
+    return LAUNCH_HOST.grace_host_factor if chip_id.lower().startswith(GRACE_HOST_CHIPS) else 1.0
+
+
+def moe_dispatch_syncs(s: StrategySpec) -> bool:
+    """Whether the runtime's MoE dispatcher reads the expert counts back to the host each forward (dropless, not a
+    full-iteration CUDA graph)."""
+    return not getattr(s, "moe_token_drop", False) and "full" not in str(getattr(s, "cuda_graph_scope", "") or "")
+
+
+def host_bound_moe_layer_s(launches: MoeLayerLaunches, factor: float, dev_experts_s: float, dev_attention_s: float,
+                           dev_router_s: float, dev_bwd_s: float, sync: bool) -> tuple[float, float]:
+    """(forward, backward) seconds of one MoE layer per micro-batch with its host time: with the dispatcher's sync
+    the forward segment [experts, attention, router] takes max over phases p of (host before p + max(host of p +
+    device after p, device from p)) and the backward max(host, device) (no sync in it); without a sync the host runs
+    ahead: the layer takes max(host, device) of forward and backward together, charged to the backward."""
+    hs = [launches.experts.host_s() * factor, launches.attention.host_s() * factor, launches.router.host_s() * factor]
+    ds = [dev_experts_s, dev_attention_s, dev_router_s]
+    h_b = launches.backward.host_s() * factor
+    d_f = sum(ds)
+    if not sync:
+        extra = max(0.0, sum(hs) + h_b - (d_f + dev_bwd_s))
+        return d_f, dev_bwd_s + extra
+    t_f = max(sum(hs[:i]) + max(hs[i] + sum(ds[i + 1:]), sum(ds[i:])) for i in range(3))
+    return t_f, max(dev_bwd_s, h_b)

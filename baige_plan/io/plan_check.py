@@ -25,7 +25,7 @@ _EST_REQUIRED = {"schema", "strategy", "fits", "step_time_s", "tokens_per_s", "t
                  "model_tflops_per_device", "mfu", "hfu", "peak_memory_gib", "breakdown_s", "memory_gib"}
 # every key estimate_dict / hetero_estimate_dict may write beyond the SPEC §3 ones: a new one goes here too
 # (tests/test_check_inputs.py validates freshly written plans and fails otherwise)
-_EST_OPTIONAL = {"memory_capacity_gib", "max_memory_frac", "memory_margin_gib", "micro_batches", "devices", "bottleneck", "stages", "conventions",
+_EST_OPTIONAL = {"memory_capacity_gib", "max_memory_frac", "memory_margin_gib", "reserved_peak_gib", "micro_batches", "devices", "bottleneck", "stages", "conventions",
                  # plans on several groups (io/hetero_plans.py)
                  "heterogeneous_efficiency", "standalone_tokens_per_s", "devices_used", "idle_devices", "shapes",
                  "bridge_traffic",

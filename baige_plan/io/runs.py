@@ -133,6 +133,43 @@ def _nemo_release(par: dict) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
+def _moe_host_recipe(row: dict, par: dict, notes: list[str]) -> tuple[bool, str]:
+    """(moe_token_drop, cuda_graph_scope) of a row (cost/moe.py host-bound MoE layers): `parallel.moe_token_drop` /
+    `parallel.cuda_graph_scope` when given, else what the row's `unstated` entries record of its recipe --
+    `moe.token_dropping` (a capacity factor: token drop), `model.moe.routing` ("token-drop ..."; "CUDA graphs (TE)
+    for attn, moe_router, moe_preprocess"; "cuda_graph_impl full_iteration"), `cuda_graphs: true` (NeMo 2.x
+    `enable_cuda_graph`: every transformer layer captured, scope full) -- else dropless, no CUDA graphs."""
+    drop, scope = par.get("moe_token_drop"), par.get("cuda_graph_scope")
+    if drop is not None and scope is not None:
+        return bool(drop), str(scope or "")
+    inf_drop, scopes = False, []
+    for u in row.get("unstated") or []:
+        if not isinstance(u, dict):
+            continue
+        f, a = str(u.get("field", "")), str(u.get("assumed", ""))
+        low = a.lower()
+        if f == "moe.token_dropping" and "capacity" in low:
+            inf_drop = True
+        elif f == "model.moe.routing":
+            inf_drop = inf_drop or low.startswith("token-drop")
+            if "full_iteration" in low:
+                scopes.append("full")
+            m = re.search(r"cuda graphs \(te\) for ([a-z_, ]+)", low)
+            if m:
+                scopes += [x.strip() for x in m.group(1).split(",") if x.strip() in ("attn", "moe_router", "moe_preprocess")]
+        elif f == "cuda_graphs" and u.get("assumed") is True:
+            scopes.append("full")
+    if drop is None:
+        drop = inf_drop
+        if inf_drop:
+            notes.append("MoE token drop (padded to capacity) from the row's recipe")
+    if scope is None:
+        scope = ",".join(dict.fromkeys(scopes))
+        if scope:
+            notes.append(f"CUDA graph scope {scope} from the row's recipe")
+    return bool(drop), str(scope or "")
+
+
 def _recipe_memory(par: dict, precision: str, runtime: str, zero: int, notes: list[str]) -> tuple[bool, bool, float]:
     """(grad_reduce_bf16, fp8_param_gather, optimizer_bytes_per_param) of a run: the row's
     `parallel.grad_reduce_in_fp32` / `parallel.fp8_param_gather` / `parallel.optimizer_bytes_per_param` when
@@ -357,6 +394,9 @@ def _case(row: dict, rid: str, md: dict, hw: dict, par: dict, notes: list[str], 
                                 execution=execution, zero3_impl=zero3_impl, tp_comm_overlap=tp_overlap,
                                 runtime=runtime, attention_kernel=str(par.get("attention_kernel") or ""),
                                 fp8_recipe=str(par.get("fp8_recipe") or ""), balanced_partition=balanced,
+                                **dict(zip(("moe_token_drop", "cuda_graph_scope"),
+                                           _moe_host_recipe(row, par, notes) if model.moe is not None else (False, ""),
+                                           strict=True)),
                                 **dict(zip(("grad_reduce_bf16", "fp8_param_gather", "optimizer_bytes_per_param"),
                                            _recipe_memory(par, _precision(par.get("precision")), runtime,
                                                           _zero(par), notes), strict=True)))

@@ -77,6 +77,7 @@ def estimate_dict(e: Estimate, band: tuple[float, float] | None = None) -> dict:
         "memory_capacity_gib": e.capacity_gib,
         "max_memory_frac": e.memory_frac,          # the fraction of device memory `fits` allows
         "memory_margin_gib": e.memory_margin_gib,  # capacity x max_memory_frac - peak (negative: over)
+        "reserved_peak_gib": e.reserved_peak_gib,  # nvidia-smi at the peak: + the allocator cache it would release
         "micro_batches": e.micro_batches,
         "devices": e.devices,
         "bottleneck": e.bottleneck,

@@ -33,4 +33,5 @@ def knobs(name: str) -> dict:
     """StrategySpec fields a runtime sets: whose semantics the cost follows and how it executes."""
     rt = get(name)
     return {"runtime": name, "execution": rt.execution, "zero3_impl": rt.zero3_impl,
-            "tp_comm_overlap": rt.tp_comm_overlap, "balanced_partition": rt.balanced_partition}
+            "tp_comm_overlap": rt.tp_comm_overlap, "balanced_partition": rt.balanced_partition,
+            "fp8_param_gather": rt.fp8_param_gather}

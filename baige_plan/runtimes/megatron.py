@@ -101,11 +101,11 @@ Execution semantics:
 
 from __future__ import annotations
 
+from baige_plan.cost.fp8 import MXFP8_CHIPS
 from baige_plan.cost.memory import (
     ALLOCATOR_SLACK,
     ALLOCATOR_SLACK_FULL_RECOMPUTE,
     ALLOCATOR_UNRECLAIMABLE,
-    ALLOCATOR_UNRECLAIMABLE_FULL_RECOMPUTE,
     CUDA_CONTEXT_GIB,
     NCCL_FIRST_GIB,
     NCCL_GROUP_GIB,
@@ -165,7 +165,6 @@ MEMORY = MemorySemantics(
     # counts against capacity (cost/memory.py ALLOCATOR_UNRECLAIMABLE, measured)
     allocator_unreclaimable=ALLOCATOR_UNRECLAIMABLE,
     allocator_slack_full_recompute=ALLOCATOR_SLACK_FULL_RECOMPUTE,
-    allocator_unreclaimable_full_recompute=ALLOCATOR_UNRECLAIMABLE_FULL_RECOMPUTE,
     allocator_slack=ALLOCATOR_SLACK, context_gib=CUDA_CONTEXT_GIB, comm_first_gib=NCCL_FIRST_GIB,
     comm_group_gib=NCCL_GROUP_GIB,
     sources=("docs/user-guide/features/dist_optimizer.md: bytes/param 18 | 6 + 12/d (bf16 params, fp32 grads), "
@@ -196,6 +195,9 @@ RUNTIME = RuntimeSpec(
     sequence_parallel="optional",
     recompute=("none", "selective", "full"),
     precisions=("bf16", "fp16", "fp8", "fp32", "tf32"),
+    # fp8 runs keep fp8 primary weights (--fp8-param-gather), as NeMo 2 (bf16_with_fp8_mixed fp8_params, v2.0.0+)
+    # and Megatron-Bridge's fp8 presets (training/mixed_precision.py v0.2.0) set it: the memory the recipes run at
+    fp8_param_gather=True,
     heterogeneous=False,
     schedules=("1F1B", "interleaved-1F1B"),
     execution="fused",
@@ -391,8 +393,15 @@ def megatron_args(doc: dict) -> tuple[list[tuple[str, object]], list[str], list[
     elif prec == "fp16":
         a.append(("--fp16", None))
     if prec == "fp8":
-        a += [("--fp8-format", "hybrid"), ("--fp8-recipe", "delayed"), ("--fp8-amax-history-len", 1024),
-              ("--fp8-amax-compute-algo", "max")]
+        # the scaling recipe the plan is costed with (cost/fp8.py): Megatron's --fp8-recipe names
+        chip = ((i["cluster"].get("groups") or [{}])[0].get("chip") or {})
+        chip_id = chip.get("id", "") if isinstance(chip, dict) else str(chip)
+        recipe = s.get("fp8_recipe") or ("mxfp8" if chip_id in MXFP8_CHIPS else "current")
+        a += [("--fp8-format", "hybrid"), ("--fp8-recipe", {"current": "tensorwise"}.get(recipe, recipe))]
+        if recipe == "delayed":
+            a += [("--fp8-amax-history-len", 1024), ("--fp8-amax-compute-algo", "max")]
+        if RUNTIME.fp8_param_gather and zero < 3:
+            a.append(("--fp8-param-gather", None))   # fp8 primary weights, as costed (RuntimeSpec.fp8_param_gather)
 
     # batch
     a += [("--micro-batch-size", s["micro_batch"]), ("--global-batch-size", i["gb"])]

@@ -48,7 +48,6 @@ from baige_plan.cost.memory import (
     ALLOCATOR_SLACK,
     ALLOCATOR_SLACK_FULL_RECOMPUTE,
     ALLOCATOR_UNRECLAIMABLE,
-    ALLOCATOR_UNRECLAIMABLE_FULL_RECOMPUTE,
     CUDA_CONTEXT_GIB,
     NCCL_FIRST_GIB,
     NCCL_GROUP_GIB,
@@ -124,7 +123,6 @@ MEMORY = MemorySemantics(
     # Paddle's auto-growth allocator was not measured: PyTorch's figures (cost/memory.py)
     allocator_unreclaimable=ALLOCATOR_UNRECLAIMABLE,
     allocator_slack_full_recompute=ALLOCATOR_SLACK_FULL_RECOMPUTE,
-    allocator_unreclaimable_full_recompute=ALLOCATOR_UNRECLAIMABLE_FULL_RECOMPUTE,
     allocator_slack=ALLOCATOR_SLACK, context_gib=CUDA_CONTEXT_GIB, comm_first_gib=NCCL_FIRST_GIB,
     comm_group_gib=NCCL_GROUP_GIB,
     sources=("paddleformers/trainer/training_args.py amp_master_grad", "baige_plan/runtimes/paddle.py export: "

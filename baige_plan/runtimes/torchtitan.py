@@ -78,7 +78,6 @@ from baige_plan.cost.memory import (
     ALLOCATOR_SLACK,
     ALLOCATOR_SLACK_FULL_RECOMPUTE,
     ALLOCATOR_UNRECLAIMABLE,
-    ALLOCATOR_UNRECLAIMABLE_FULL_RECOMPUTE,
     CUDA_CONTEXT_GIB,
     NCCL_FIRST_GIB,
     NCCL_GROUP_GIB,
@@ -367,9 +366,6 @@ MEMORY = MemorySemantics(
     # counts against capacity (cost/memory.py ALLOCATOR_UNRECLAIMABLE, measured)
     allocator_unreclaimable=ALLOCATOR_UNRECLAIMABLE,
     allocator_slack_full_recompute=ALLOCATOR_SLACK_FULL_RECOMPUTE,
-    allocator_unreclaimable_full_recompute=ALLOCATOR_UNRECLAIMABLE_FULL_RECOMPUTE,
-    expandable_segments=True,   # run_llama_train.sh at 9dec370: PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True"
-                                # (run_train.sh PYTORCH_ALLOC_CONF in later releases)
     allocator_slack=ALLOCATOR_SLACK, context_gib=CUDA_CONTEXT_GIB, comm_first_gib=NCCL_FIRST_GIB,
     comm_group_gib=NCCL_GROUP_GIB,
     sources=("torchtitan config manager: training.mixed_precision_param bfloat16 / mixed_precision_reduce "

@@ -35,6 +35,7 @@ from baige_plan.cost.memory import (
     FP32_PRECISIONS,
     GIB,
     comm_groups,
+    fp8_layer_weight_bytes,
     inflight_microbatches,
     layer_activation_bytes,
     loss_bytes_per_logit,
@@ -73,8 +74,10 @@ def _stage_rows(pp: int) -> tuple[int, ...]:
 
 
 def _split(model: ModelSpec, pp: int, first: int, last: int, account: int = 0) -> list[tuple[int, int]]:
+    # an uneven count with no first/last or accounting is a runtime's balanced partition (space.py _split_family)
     s = StrategySpec(pp=pp, first_stage_layers=first or None, last_stage_layers=last or None,
-                     account_for_embedding=bool(account & 1), account_for_loss=bool(account & 2))
+                     account_for_embedding=bool(account & 1), account_for_loss=bool(account & 2),
+                     balanced_partition=not (first or last or account) and model.layers % pp != 0)
     out, f = [], 0
     for n in stage_layers(s, model.layers):
         out.append((f, n))
@@ -207,10 +210,17 @@ class Bounds:
             optim = dense * k + expert * ke
             step_copy = dense * st + expert * ste
             layer_full = np.maximum(dense + expert - emb, 0.0) / np.maximum(n, 1)
-            if job.precision == "fp8":
-                weights = weights + mem.fp8_weight_cache_bytes * np.maximum(dense + expert - emb, 0.0)
             unit = np.maximum(layer_full / per_layer, np.where(emb > 0, m.vocab * m.hidden / tp, 0.0))
             ahead = unit if mem.zero3_prefetch_params is None else np.minimum(unit, mem.zero3_prefetch_params)
+            if job.precision == "fp8":
+                # TE's fp8 weight copies, or fp8 primary weights where the runtime keeps them below ZeRO-3
+                # (RuntimeSpec.fp8_param_gather; cost/memory.py fp8_layer_weight_bytes): the whole stage's, or only
+                # the gathered units' under FSDP (estimate.stage_cost)
+                whole = ~fsdp | sgo | step_gather
+                per = np.where(zero < 3, fp8_layer_weight_bytes(mem, bool(self.runtime.fp8_param_gather)),
+                               fp8_layer_weight_bytes(mem, False))
+                weights = weights + per * np.where(
+                    whole, np.maximum(dense + expert - emb, 0.0), np.minimum(unit + ahead, 2 * layer_full))
             weights += np.where(sgo, pb * (dense + expert), np.where(
                 step_gather, pb * (dense + expert), np.where(fsdp, pb * (unit + ahead), 0.0)))
             grads += np.where(sgo, (pb + rb) * layer_full, np.where(
@@ -228,7 +238,7 @@ class Bounds:
                 grads, act = np.where(grads > act, grads, 0.0), np.where(grads > act, 0.0, act)
             optim = optim + np.maximum(0.0, step_copy - act)
             alloc = weights + grads + optim + act
-            best = np.maximum(best, (alloc + reserve_bytes(mem, alloc, groups, rec == RECOMPUTE.index("full"))) / GIB)
+            best = np.maximum(best, (alloc + reserve_bytes(mem, alloc, groups)) / GIB)
         return best
 
     # -- per (tp, cp, mb, sp, ep, etp, attention, recompute'): per-layer time --------------------

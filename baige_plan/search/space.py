@@ -185,6 +185,8 @@ def _split_family(layers: int, pp: int, runtime: str, first: int | None, last: i
             out.append((v, 0, 0, 0))
         elif pp == 1 and v == 1:
             out.append((1, 0, 0, 0))
+        elif v == 1 and rt.balanced_partition and layers >= pp:
+            out.append((1, 0, 0, 0))    # the runtime splits uneven counts itself (StrategySpec.balanced_partition)
         elif rt.uneven_split:
             fl = v == 1 or rt.uneven_interleaved
             for f, la, acc in uneven_splits(layers, pp, v, first_last=fl, accounting=rt.split_accounting):

@@ -113,11 +113,8 @@ class MemorySemantics:
                  and retries (CUDACachingAllocator.cpp malloc: release_available_cached_blocks, then
                  release_cached_blocks), so only free space inside partly used segments is lost. What `fits`
                  counts; the rest of the slack is reclaimable and only in the reserved peak.
-      allocator_slack_full_recompute, allocator_unreclaimable_full_recompute: the same with every layer
-                 recomputed in the backward (None: as without), measured apart (cost/memory.py).
-      expandable_segments: the runtime's launcher sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: the
-                 allocator maps pages into one growing segment and unmaps the free pages of it on release, so the
-                 space split inside a segment is reclaimable too and `allocator_unreclaimable` applies throughout.
+      allocator_slack_full_recompute: allocator_slack with every layer recomputed in the backward (None: as
+                 without), measured apart (cost/memory.py).
       context_gib: CUDA context + kernel-library handles and workspaces outside the allocator.
       comm_first_gib, comm_group_gib: collective-library buffers of the first communicator in use, and
                  of each further one (one per parallel dimension > 1).
@@ -144,8 +141,6 @@ class MemorySemantics:
     allocator_slack: float = 0.0
     allocator_unreclaimable: float = 0.0
     allocator_slack_full_recompute: float | None = None
-    allocator_unreclaimable_full_recompute: float | None = None
-    expandable_segments: bool = False
     context_gib: float = 0.0
     comm_first_gib: float = 0.0
     comm_group_gib: float = 0.0
@@ -158,7 +153,7 @@ class MemorySemantics:
         require(self.interleave_group == "pp", "memory.interleave_group", "only 'pp' is modelled")
         require(self.loss in LOSSES, "memory.loss", f"must be one of {LOSSES}, got {self.loss!r}")
         for k in ("allocator_slack", "allocator_unreclaimable", "context_gib", "comm_first_gib", "comm_group_gib",
-                  "allocator_slack_full_recompute", "allocator_unreclaimable_full_recompute"):
+                  "allocator_slack_full_recompute"):
             if getattr(self, k) is None:
                 continue
             require(getattr(self, k) >= 0, f"memory.{k}", f"must be >= 0, got {getattr(self, k)!r}")
@@ -207,6 +202,8 @@ class RuntimeSpec:
     cp_comm: str = "p2p"               # context-parallel attention: "p2p" ring | "allgather" (cost/cp.py)
     balanced_partition: bool = False   # uneven layer counts split balanced over the stages (StrategySpec field)
     fsdp_zero2: bool = False           # zero 2 = FSDP SHARD_GRAD_OP (reshard_after_forward=False), not DeepSpeed's
+    fp8_param_gather: bool = False     # fp8 training keeps fp8 primary weights (StrategySpec field; Megatron
+                                       # --fp8-param-gather as the NeMo 2 / Megatron-Bridge fp8 recipes set it)
     attention_kernel: str = "cudnn"    # fused attention it launches on chips that have it (specs/chip.py
                                        # ATTENTION_KERNELS; a strategy's attention_kernel overrides it)
     notes: tuple[str, ...] = field(default_factory=tuple)   # sources for the semantics above

@@ -66,6 +66,10 @@ class StrategySpec:
     balanced_partition: bool = False        # layers % pp != 0 without first/last counts: the first layers % pp
                                             # stages take one layer more (DeepSpeed PipelineModule's
                                             # partition_method 'type:transformer'; runtimes/deepspeed.py)
+    moe_token_drop: bool = False            # MoE experts padded to a static capacity (Megatron
+                                            # --moe-pad-expert-input-to-capacity): no host sync per MoE layer
+    cuda_graph_scope: str = ""              # CUDA-graphed parts (comma list of attn, moe_router, moe_preprocess,
+                                            # full = every layer / the iteration); cost/moe.py host-bound MoE layers
 
     def __post_init__(self) -> None:
         for k in ("tp", "pp", "dp", "cp", "ep", "etp", "micro_batch", "vpp"):
@@ -87,6 +91,9 @@ class StrategySpec:
                 f"must be fa2, cudnn or fa3, got {self.attention_kernel!r}")
         require(self.fp8_recipe in ("", "delayed", "current", "mxfp8"), "fp8_recipe",
                 f"must be delayed, current or mxfp8, got {self.fp8_recipe!r}")
+        if self.cuda_graph_scope:
+            bad = [x for x in self.cuda_graph_scope.split(",") if x not in ("attn", "moe_router", "moe_preprocess", "full")]
+            require(not bad, "cuda_graph_scope", f"must list attn, moe_router, moe_preprocess or full, got {bad!r}")
         if self.sequence_parallel is None:
             object.__setattr__(self, "sequence_parallel", self.tp > 1)
         if self.tp == 1 and self.sequence_parallel:

@@ -1,0 +1,122 @@
+"""Host-bound MoE layers on fused runtimes (docs/COST_MODEL.md §2c "Host-bound MoE layers"): the launch counts of a
+Megatron-core + Transformer Engine MoE layer, their host seconds at the measured per-launch costs, the dropless
+dispatcher's per-layer sync, and what the runs loader reads of a recipe -- against numbers derived by hand here."""
+
+from dataclasses import replace
+
+import pytest
+
+from baige_plan.cost.estimate import estimate
+from baige_plan.cost.execution import LAUNCH_HOST
+from baige_plan.cost.moe import (
+    Launches,
+    host_bound_moe_layer_s,
+    host_factor,
+    moe_dispatch_syncs,
+    moe_layer_launches,
+)
+from baige_plan.io.catalog import Catalog
+from baige_plan.io.runs import load_runs
+from baige_plan.errors import SpecError
+from baige_plan.specs.model import ModelSpec, MoESpec
+from baige_plan.specs.strategy import StrategySpec
+
+QWEN3 = ModelSpec("qwen3-30b-a3b", 48, 2048, 32, 6144, 151936, seq_len=4096, kv_heads=4, head_dim=128,
+                  moe=MoESpec(experts=128, top_k=8, expert_ffn_hidden=768))
+EP8 = StrategySpec(tp=1, pp=1, dp=8, ep=8, micro_batch=1, recompute="none")
+
+
+def test_launch_host_constants():
+    # a TE module call = 2.7 torch Linear calls (TransformerEngine #2053) of 16.8 us (our torch.mm) = 45.36 us
+    assert LAUNCH_HOST.te_module_s == pytest.approx(45.36e-6)
+    assert Launches(te_modules=1, eager=1, gemms=1, small=1, collectives=1).host_s() == pytest.approx(
+        (45.36 + 17.5 + 16.8 + 8.3 + 136) * 1e-6)
+
+
+def test_launch_counts_qwen3_ep8_mxfp8_router_graphed():
+    s = replace(EP8, cuda_graph_scope="moe_router,moe_preprocess")
+    ly = moe_layer_launches(QWEN3, s, "mxfp8")
+    # 16 local experts, 1 MXFP8 cast per expert per GEMM input, 3 all-to-alls a pass (tokens, probs, combine)
+    assert ly.experts == Launches(te_modules=2, eager=10, gemms=32, small=32, collectives=3)
+    assert ly.attention == Launches(te_modules=4, eager=3)
+    assert ly.router == Launches(eager=2)                      # two graph replays
+    assert ly.backward == Launches(te_modules=6, eager=14, gemms=64, small=32, collectives=3)
+    # host seconds (us): experts 2*45.36 + 10*17.5 + 32*16.8 + 32*8.3 + 3*136 = 1476.92; backward 2265.96
+    assert ly.experts.host_s() == pytest.approx(1476.92e-6)
+    assert ly.attention.host_s() == pytest.approx(233.94e-6)
+    assert ly.router.host_s() == pytest.approx(35e-6)
+    assert ly.backward.host_s() == pytest.approx(2265.96e-6)
+
+
+def test_launch_counts_by_recipe_and_scope():
+    # current scaling: amax + scale + cast per expert per GEMM input (3 x 16 x 2 = 96), bf16 none
+    assert moe_layer_launches(QWEN3, EP8, "current").experts.small == 96
+    assert moe_layer_launches(QWEN3, EP8, "").experts.small == 0
+    assert moe_layer_launches(QWEN3, EP8, "").experts.eager == 8            # no fp8 padding / unpadding
+    # delayed scaling: one fused multi-cast-transpose per GroupedLinear
+    assert moe_layer_launches(QWEN3, EP8, "delayed").experts.small == 2
+    # the router / aux loss / preprocess eagerly: 18 + 8 kernels, 4 copies, the all-gather of the counts
+    assert moe_layer_launches(QWEN3, EP8, "").router == Launches(eager=26, small=4, collectives=1)
+    assert moe_layer_launches(QWEN3, replace(EP8, cuda_graph_scope="attn"), "").attention == Launches(eager=1)
+    full = moe_layer_launches(QWEN3, replace(EP8, cuda_graph_scope="full"), "mxfp8")
+    assert full.experts.host_s() == full.backward.host_s() == 0.0
+    # no expert parallelism: no all-to-alls, no count all-gather; 128 local experts
+    ep1 = moe_layer_launches(QWEN3, replace(EP8, ep=1), "")
+    assert ep1.experts.collectives == 0 and ep1.router.collectives == 0 and ep1.experts.gemms == 256
+
+
+def test_sync_phase_rule():
+    ly = moe_layer_launches(QWEN3, replace(EP8, cuda_graph_scope="moe_router,moe_preprocess"), "mxfp8")
+    # device (ms): experts 0.5, attention 0.4, router 0.05, backward 1.2; host 1.47692, 0.23394, 0.035, 2.26596
+    f, b = host_bound_moe_layer_s(ly, 1.0, 0.5e-3, 0.4e-3, 0.05e-3, 1.2e-3, sync=True)
+    # phase 0: 1.47692 + 0.4 + 0.05 = 1.92692 (the attention waits for the expert launches); the others less
+    assert f == pytest.approx(1.92692e-3)
+    assert b == pytest.approx(2.26596e-3)                      # the backward: max(host, device)
+    # without the sync the host runs ahead: max(host 4.01182, device 2.15) over the layer, charged to the backward
+    f, b = host_bound_moe_layer_s(ly, 1.0, 0.5e-3, 0.4e-3, 0.05e-3, 1.2e-3, sync=False)
+    assert f == pytest.approx(0.95e-3) and b == pytest.approx(1.2e-3 + 1.86182e-3)
+    # a device-bound layer keeps its device time
+    f, b = host_bound_moe_layer_s(ly, 1.0, 3e-3, 3e-3, 0.1e-3, 9e-3, sync=True)
+    assert (f, b) == (pytest.approx(6.1e-3), pytest.approx(9e-3))
+    # Grace hosts: every host second x 2.75 (TransformerEngine #2053: torch Linear 37.08 vs 13.48 us CPU)
+    f, _ = host_bound_moe_layer_s(ly, host_factor("gb200"), 0.5e-3, 0.4e-3, 0.05e-3, 1.2e-3, sync=True)
+    assert f == pytest.approx((1.47692 + 0.23394 + 0.035) * 2.75e-3)     # now all host
+    assert host_factor("h100-sxm5-80g") == 1.0 and host_factor("gb200") == 2.75
+
+
+def test_dispatch_sync_and_scope_validation():
+    assert moe_dispatch_syncs(EP8)
+    assert not moe_dispatch_syncs(replace(EP8, moe_token_drop=True))
+    assert not moe_dispatch_syncs(replace(EP8, cuda_graph_scope="full"))
+    assert moe_dispatch_syncs(replace(EP8, cuda_graph_scope="attn,moe_router"))
+    with pytest.raises(SpecError):
+        StrategySpec(cuda_graph_scope="attn,layers")
+
+
+def test_runs_loader_reads_recipe():
+    cat = Catalog.create()
+    rows = {c.id: c.strategy for f in ("benchmarks/corpus/mbridge_perf_2511.yaml", "benchmarks/corpus/nemo_perf_2509.yaml",
+                                       "benchmarks/corpus/mbridge_perf_2606.yaml") for c in load_runs(f, cat)}
+    s = rows["mbridge_perf_2511_qwen3_30b_a3b_b200_8gpu_mxfp8"]
+    assert (s.moe_token_drop, s.cuda_graph_scope) == (False, "moe_router,moe_preprocess")
+    s = rows["mbridge_perf_2511_qwen3_235b_a22b_gb200_256gpu_bf16"]
+    assert s.cuda_graph_scope == "attn,moe_router,moe_preprocess"
+    s = rows["nemo_perf_2509_qwen3_30b_a3b_b200_8gpu_ep8_fp8"]           # '(tokendrop)', cuda_graphs: true
+    assert (s.moe_token_drop, s.cuda_graph_scope) == (True, "full")
+    s = rows["nemo_perf_2509_qwen3_30b_a3b_h100_16gpu_pp2_ep8_fp8"]        # cuda_graphs: false
+    assert (s.moe_token_drop, s.cuda_graph_scope) == (True, "")
+    assert rows["mbridge_perf_2606_qwen3_30b_a3b_gb200_8gpu_mxfp8"].cuda_graph_scope == "full"
+
+
+def test_estimate_charges_host_only_where_it_binds():
+    cat = Catalog.create()
+    case = next(c for c in load_runs("benchmarks/corpus/mbridge_perf_2511.yaml", cat)
+                if c.id == "mbridge_perf_2511_qwen3_30b_a3b_b200_8gpu_mxfp8")
+    s = case.strategy
+    host = estimate(case.model, case.cluster, case.job, s)
+    free = estimate(case.model, case.cluster, case.job, replace(s, cuda_graph_scope="full"))
+    # one micro-batch of 4096 tokens on B200: the device runs a layer in < 2 ms, the host needs > 3.5 ms
+    assert host.step_time_s > 1.5 * free.step_time_s
+    # eager runtimes keep their own host model; dense models have no MoE layer to charge
+    assert free.step_time_s == estimate(case.model, case.cluster, case.job,
+                                        replace(s, moe_token_drop=True, cuda_graph_scope="full")).step_time_s
