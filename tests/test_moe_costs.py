@@ -78,9 +78,9 @@ def test_grouped_gemm_efficiency_at_the_launch_size():
     # efficiency at 16 x 25.8 GFLOP; the loop at one expert's 25.8 GFLOP
     g = Gemm("e", 4096, 1536, 2048, 16, "expert_grouped")
     f = 16 * 2 * 4096 * 1536 * 2048
-    assert gemm_time_s(g, r) == pytest.approx(f / (r.peak_flops * curve.at(f)), rel=1e-12)
+    assert gemm_time_s(g, r) == pytest.approx(f / (r.peak_flops * curve.at(f) * r.gemm_scale), rel=1e-12)
     loop = Gemm("e", 4096, 1536, 2048, 16, "linear")
-    assert gemm_time_s(loop, r) == pytest.approx(f / (r.peak_flops * curve.at(f / 16)), rel=1e-12)
+    assert gemm_time_s(loop, r) == pytest.approx(f / (r.peak_flops * curve.at(f / 16) * r.gemm_scale), rel=1e-12)
     assert gemm_time_s(g, r) < gemm_time_s(loop, r)
     # weight-bound: 64 tokens per expert; all 16 experts' bf16 operands once, at 0.77 of the HBM rate
     g = Gemm("e", 64, 1536, 2048, 16, "expert_grouped")
@@ -189,7 +189,7 @@ def test_fine_grained_moe_without_ep_is_slower_per_token_on_fused_megatron():
         t[ep] = sum(gemm_time_s(g, r) for g in gs)
         old = sum(gemm_time_s(Gemm(g.name, g.m, g.n, g.k, g.count), r) for g in gs)
         assert t[ep] < old
-    assert t[1] > 1.25 * t[8]          # 0.70 ms vs 0.53 ms on the H100 chip file
+    assert t[1] > 1.2 * t[8]           # 0.70 ms vs 0.56 ms on the H100 chip file at the hopper calibration
     # and the whole estimate keeps that order (same FLOPs per device either way)
     job = JobSpec(64, 4096, "bf16")
     step = {ep: estimate(QWEN3, cl, job, StrategySpec(dp=8, ep=ep, zero=1, micro_batch=1, recompute="full"))
@@ -240,7 +240,7 @@ def test_expert_gemm_kind_by_runtime_and_te_multistream_rate():
     # 128 local experts x 512 tokens, Qwen3 fc1: TE runs 4 cuBLAS GEMMs at a time -> the curve at 4 x 3.2 GFLOP
     each = 2 * 512 * 1536 * 2048
     g = Gemm("e", 512, 1536, 2048, 128, "expert_streams")
-    compute = 128 * each / (r.peak_flops * curve.at(TE_GEMM_STREAMS * each))
+    compute = 128 * each / (r.peak_flops * curve.at(TE_GEMM_STREAMS * each) * r.gemm_scale)
     memory = 128 * (512 * 2048 * 2 + 2048 * 1536 * 2 + 512 * 1536 * 2) / r.hbm_Bps / GROUPED_GEMM_MEM_FRACTION
     assert gemm_time_s(g, r) == pytest.approx(max(compute, memory), rel=1e-12)
     # slower than one grouped launch over all 128 experts, faster than a serial per-expert loop
@@ -249,7 +249,7 @@ def test_expert_gemm_kind_by_runtime_and_te_multistream_rate():
     # fewer experts than streams: all of them together
     g2 = Gemm("e", 4096, 1536, 2048, 2, "expert_streams")
     f2 = 2 * 2 * 4096 * 1536 * 2048                                   # compute-bound: 103 GFLOP, 25 MB
-    assert gemm_time_s(g2, r) == pytest.approx(f2 / (r.peak_flops * curve.at(f2)), rel=1e-12)
+    assert gemm_time_s(g2, r) == pytest.approx(f2 / (r.peak_flops * curve.at(f2) * r.gemm_scale), rel=1e-12)
 
 
 def test_grouped_mm_backward_beyond_twice_the_forward():

@@ -15,9 +15,9 @@ from baige_plan.cost.moe import (
     moe_dispatch_syncs,
     moe_layer_launches,
 )
+from baige_plan.errors import SpecError
 from baige_plan.io.catalog import Catalog
 from baige_plan.io.runs import load_runs
-from baige_plan.errors import SpecError
 from baige_plan.specs.model import ModelSpec, MoESpec
 from baige_plan.specs.strategy import StrategySpec
 
@@ -115,8 +115,9 @@ def test_estimate_charges_host_only_where_it_binds():
     s = case.strategy
     host = estimate(case.model, case.cluster, case.job, s)
     free = estimate(case.model, case.cluster, case.job, replace(s, cuda_graph_scope="full"))
-    # one micro-batch of 4096 tokens on B200: the device runs a layer in < 2 ms, the host needs > 3.5 ms
-    assert host.step_time_s > 1.5 * free.step_time_s
+    # one micro-batch of 4096 tokens on B200: the device runs a layer in about 2 ms (at the blackwell calibration),
+    # the host needs > 3.5 ms
+    assert host.step_time_s > 1.3 * free.step_time_s
     # eager runtimes keep their own host model; dense models have no MoE layer to charge
     assert free.step_time_s == estimate(case.model, case.cluster, case.job,
                                         replace(s, moe_token_drop=True, cuda_graph_scope="full")).step_time_s

@@ -46,7 +46,7 @@ def test_large_gemm_fp32_runs_at_the_fp32_peak_not_tf32():
     g = Gemm("big", 8192, 8192, 8192)
     flops = 2 * 8192 ** 3                              # 1.10e12 >= the last curve point: top efficiency
     assert g.flops == flops
-    t = gemm_time_s(g, ChipRates.of(A100_40, "fp32"))
+    t = gemm_time_s(g, ChipRates.of(A100_40, "fp32", 1.0))
     assert t == pytest.approx(flops / (FP32_PEAK * FP32_TOP), rel=1e-9)
     # compute-bound: three 8192^2 fp32 matrices over HBM take far less
     assert 3 * 8192 ** 2 * 4 / HBM_40 < t / 50
@@ -55,16 +55,16 @@ def test_large_gemm_fp32_runs_at_the_fp32_peak_not_tf32():
 
 def test_large_gemm_tf32_runs_at_the_tf32_peak():
     g = Gemm("big", 8192, 8192, 8192)
-    t = gemm_time_s(g, ChipRates.of(A100_40, "tf32"))
+    t = gemm_time_s(g, ChipRates.of(A100_40, "tf32", 1.0))
     assert t == pytest.approx(2 * 8192 ** 3 / (TF32_PEAK * TF32_TOP), rel=1e-9)
-    t32 = gemm_time_s(g, ChipRates.of(A100_40, "fp32"))
+    t32 = gemm_time_s(g, ChipRates.of(A100_40, "fp32", 1.0))
     assert t32 / t == pytest.approx(156 * 0.67 / (19.5 * 0.814), rel=1e-9)   # ~6.6x
 
 
 def test_mid_size_gemm_interpolates_the_fp32_curve():
     g = Gemm("mid", 2048, 2048, 2048)                  # 1.72e10 FLOPs, between the 1.27e10 and 7.89e10 points
     eff = _loglin(2 * 2048 ** 3, FP32_P4, FP32_P5)
-    assert gemm_time_s(g, ChipRates.of(A100_40, "fp32")) == pytest.approx(2 * 2048 ** 3 / (FP32_PEAK * eff),
+    assert gemm_time_s(g, ChipRates.of(A100_40, "fp32", 1.0)) == pytest.approx(2 * 2048 ** 3 / (FP32_PEAK * eff),
                                                                          rel=1e-9)
 
 
@@ -74,14 +74,14 @@ def test_fused_attention_in_fp32_and_tf32_is_the_mem_efficient_kernel_at_the_fp3
     flops = 2 * 2048 * 2048 * 128 * 64
     eff = _loglin(flops, FP32_P4, FP32_P5)
     for prec in ("fp32", "tf32"):                      # SDPA's kernel ignores allow_tf32: same time in both
-        r = ChipRates.of(A100_40, prec)
+        r = ChipRates.of(A100_40, prec, 1.0)
         assert gemm_time_s(g, r) == pytest.approx(flops / (FP32_PEAK * eff * 0.84), rel=1e-9)
         assert gemm_time_s(g, r, bwd=True) == pytest.approx(flops / (FP32_PEAK * eff * 0.53), rel=1e-9)
 
 
 def test_fp32_activations_are_4_bytes():
-    assert ChipRates.of(A100_40, "fp32").act_bytes == 4
-    assert ChipRates.of(A100_40, "tf32").act_bytes == 4
+    assert ChipRates.of(A100_40, "fp32", 1.0).act_bytes == 4
+    assert ChipRates.of(A100_40, "tf32", 1.0).act_bytes == 4
     assert ChipRates.of(A100_40, "bf16").act_bytes == 2
 
 

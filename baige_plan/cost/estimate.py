@@ -79,8 +79,10 @@ def zero3_collectives_per_layer(s: StrategySpec) -> int:
 # Fraction of the shorter of (ZeRO-3 communication, compute) hidden under the longer: prefetching
 # overlaps them, but NCCL kernels take SMs and HBM bandwidth from the GEMMs they overlap.
 # Calibrated on Narayanan 2021 Table 2 (compute-bound 384/640-GPU rows); see COST_MODEL.md.
-# The value is specs/calibration.py Calibration.zero3_overlap (refit by leave-one-source-out validation).
-ZERO3_OVERLAP = COMMITTED.zero3_overlap
+# The value is specs/calibration.py Calibration.zero3_overlap (DeepSpeed) / zero3_overlap_fsdp (refit by
+# leave-one-source-out validation), per implementation (Calibration.zero3_overlap_for); this module default is
+# the larger, so that anything bounding the exposed time with it stays a lower bound.
+ZERO3_OVERLAP = max(COMMITTED.zero3_overlap, COMMITTED.zero3_overlap_fsdp)
 TP_OVERLAP_RESIDUAL = 0.1   # with tp_comm_overlap, the first/last chunk of each TP collective stays exposed
 
 
@@ -736,7 +738,7 @@ def dp_traffic(st: StageCost, group: GroupSpec, s: StrategySpec, job: JobSpec, m
         per_mb = n_coll * C.all_gather_s(size, z_link)
         per_mb += n_coll * max(0, n_layers * zero3_collectives_per_layer(s) - 1) * C.latency_s(z_link, "all_gather")
         return DpTraffic(reductions=0, zero3_s=per_mb * m, zero3_compute_s=m * st.time_s,
-                         zero3_overlap=(calibration or COMMITTED).zero3_overlap)
+                         zero3_overlap=(calibration or COMMITTED).zero3_overlap_for(s.zero3_impl))
     sync = rt.grad_sync(s.zero, s.pp)
     gb = precision_state_bytes(job.precision, rt.grad_bytes)[1]   # main-grad bytes (4 in fp32/tf32)
     if bf16_grad_reduce(s, job.precision):

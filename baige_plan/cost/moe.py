@@ -23,7 +23,11 @@ What depends on the runtime (each from its source):
   runs well below the forward's rate (GROUPED_MM_BWD_OVER_FWD, measured); Transformer Engine's
   GroupedLinear on Hopper issues one cuBLAS GEMM per expert over 4 streams (te_general_grouped_gemm ->
   nvte_multi_stream_cublas_gemm, "for now, we only have multi-stream cublas backend"), whose dgrad + wgrad
-  take 2.0x the forward as a dense GEMM's do (the same measurement).
+  take 2.0x the forward as a dense GEMM's do (the same measurement);
+- the host (`moe_layer_launches`, `host_bound_moe_layer_s`): Megatron-family runtimes issue an MoE layer eagerly,
+  TE module calls, eager kernels, per-expert GEMMs and quantisation kernels, NCCL calls, each at its measured host
+  cost (execution.LaunchHost), and their dropless dispatchers read the expert counts back once per layer forward
+  so the host cannot run ahead of it (`moe_dispatch_syncs`; token drop and full CUDA graphs do not).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from dataclasses import dataclass
 
 from baige_plan.cost import collectives as C
 from baige_plan.cost.compute import ChipRates, gemm_time_s, moe_dispatch_bytes
+from baige_plan.cost.execution import LAUNCH_HOST, LaunchHost
 from baige_plan.cost.flops import Gemm, expert_load_factor, tokens_per_expert
 from baige_plan.specs.model import ModelSpec
 from baige_plan.specs.strategy import StrategySpec
@@ -186,8 +191,9 @@ def moe_layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, tokens: flo
 # reuses the forward's host-side splits (GroupedLinear ctx.m_splits; all-to-all with saved splits): no sync.
 # After a sync the host must issue a layer's launches before the device can run them, so a sync'd segment takes
 # max over its phases p of (host time of the phases before p + max(host of p + device after p, device from p)):
-# measured on 24 synthetic layers (host_launch_h200.raw.json `sync`): the sync'd steps ran 45.9 / 49.4 / 74.9 ms
-# against 46.9 / 52.4 / 78.7 ms by this rule, 44.9 / 42.9 / 50.5 ms without the sync.
+# measured on 24 synthetic layers (host_launch_h200.raw.json `sync`, benchmarks/real/host_launch_compare.py): six
+# sync'd steps of 18.9-74.9 ms within -6.8 .. +6.1 % of this rule (host + device: +23 .. +44 %); unsynced, the same
+# layers ran at max(host, device).
 GRACE_HOST_CHIPS = ("gb200", "gb300", "gh200")     # Grace CPU hosts (execution.LaunchHost.grace_host_factor)
 # fp8 quantisation kernels TE launches per expert per GEMM input (TE 2.9 cast.cpp multi_tensor_quantize_impl: one
 # fused multi-cast-transpose for all experts only under delayed scaling; Float8CurrentScalingQuantizer: amax, scale,
@@ -206,9 +212,7 @@ class Launches:
     small: float = 0.0          # quantisation kernels issued from C++ (with their allocations)
     collectives: float = 0.0    # NCCL collectives through c10d
 
-    def host_s(self, h=None) -> float:
-        from baige_plan.cost.execution import LAUNCH_HOST
-        h = h or LAUNCH_HOST
+    def host_s(self, h: LaunchHost = LAUNCH_HOST) -> float:
         return (self.te_modules * h.te_module_s + self.eager * h.eager_kernel_s + self.gemms * h.gemm_s
                 + self.small * h.small_kernel_s + self.collectives * h.collective_s)
 
@@ -277,7 +281,6 @@ def _sum(*ls: Launches) -> Launches:
 def host_factor(chip_id: str) -> float:
     """Host code speed relative to the measured x86 host: Grace CPUs run it execution.LaunchHost.grace_host_factor
     times slower."""
-    from baige_plan.cost.execution import LAUNCH_HOST
     return LAUNCH_HOST.grace_host_factor if chip_id.lower().startswith(GRACE_HOST_CHIPS) else 1.0
 
 

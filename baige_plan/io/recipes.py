@@ -24,7 +24,8 @@ model has the user's shape (layers, hidden, heads, kv_heads, ffn_hidden, vocab, 
 expert_ffn_hidden) or a parameter count within 2x. Nearest first: the same shape, else the closest parameter
 count; then the same chip, else the same family; then the plan's runtime (a recipe another runtime ran is
 kept, after); then the closest GPU count (by ratio; the smaller count on equal ratios); then the job's
-precision; then the id. The first one that adapts is taken (`adapt`): its tp,
+precision; then the fastest measured (tokens/s per GPU: the recipe worth copying); then the id. The first one
+that adapts is taken (`adapt`): its tp,
 pp, cp, ep, etp, vpp, micro-batch, recompute, ZeRO stage, sequence parallelism and layer split are kept, dp =
 devices / (tp·pp·cp); a recipe whose tp·pp·cp does not divide the devices, whose batch does not split over
 dp x micro-batch, that the model's shape refuses (heads, layers, experts) or that the runtime does not run is
@@ -208,9 +209,11 @@ def candidates(recipes: Sequence[Recipe], model: ModelSpec, chip: str, family: s
         ratio = r.params / params
         if not exact and not 1 / PARAMS_RATIO <= ratio <= PARAMS_RATIO:
             continue
+        # among equally near runs, the fastest measured (tokens per second per GPU) is the recipe to show
+        speed = (r.global_batch * r.seq_len / (r.measured_step_time_s * r.gpus)) if r.measured_step_time_s else 0.0
         keyed.append(((0 if exact else 1, 0.0 if exact else round(abs(math.log(ratio)), 9), r.chip != chip,
                        r.runtime != runtime, round(abs(math.log(r.gpus / devices)), 9), r.gpus,
-                       r.precision != precision, r.id), r))
+                       r.precision != precision, -round(speed, 6), r.id), r))
     keyed.sort(key=lambda x: x[0])
     return [r for _, r in keyed]
 

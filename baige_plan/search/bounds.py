@@ -26,7 +26,6 @@ from baige_plan.cost.compute import ChipRates
 from baige_plan.cost.estimate import (
     DEEPSPEED_COLLECTIVES_PER_LAYER,
     ZERO3_COLLECTIVES_PER_LAYER,
-    ZERO3_OVERLAP,
     adam_bytes_per_param,
     stage_cost,
 )
@@ -45,6 +44,7 @@ from baige_plan.cost.memory import (
 )
 from baige_plan.cost.params import layer_params_split
 from baige_plan.search.space import COL
+from baige_plan.specs.calibration import COMMITTED
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
 from baige_plan.specs.strategy import ATTENTION, RECOMPUTE, StrategySpec, stage_layers
@@ -296,7 +296,7 @@ class Bounds:
         return (pipe + opt + np.where(z3_mb, self._zero3_lb(P, zero, dp * cp, micro), 0.0)) * (1 - SAFETY)
 
     def _zero3_lb(self, P: np.ndarray, zero: np.ndarray, n: np.ndarray, micro: np.ndarray) -> np.ndarray:
-        """ZeRO-3 exposed communication >= (1 - ZERO3_OVERLAP) x its total: per micro-batch, three
+        """ZeRO-3 exposed communication >= (1 - the runtime's ZeRO-3 overlap) x its total: per micro-batch, three
         all-gathers of the stage's 16-bit weights over dp·cp ranks, at no more than the fastest link
         busbw (scale-up or NIC) and without latency."""
         g, chip = self.group, self.group.chip
@@ -306,4 +306,5 @@ class Bounds:
         bw = max(su, nic) * 1e9
         size = np.max(P[:, :, 4] + P[:, :, 5], axis=1) * weight_bytes(self.job.precision)
         tot = micro * 3 * size * (n - 1) / n / bw
-        return np.where(zero >= 3, (1 - ZERO3_OVERLAP) * tot, 0.0)
+        overlap = COMMITTED.zero3_overlap_for(self.runtime.zero3_impl)   # what estimate.dp_traffic uses
+        return np.where(zero >= 3, (1 - overlap) * tot, 0.0)

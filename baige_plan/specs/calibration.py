@@ -34,8 +34,10 @@ class Calibration:
         chip's curve was scaled by the same ratio), so the effective ratio is 0.828 x gemm_scale.
         Efficiency stays <= 1. Allowed range 0.80-1.25 (FITTED).
     zero3_overlap: fraction of the shorter of (ZeRO-3 per-micro-batch communication, compute) hidden
-        under the longer (cost/estimate.py DpTraffic.exposed_s); fitted on Narayanan 2021 Table 2
-        (the compute-bound 384/640-GPU DeepSpeed ZeRO-3 rows). Allowed range 0-1.
+        under the longer (cost/estimate.py DpTraffic.exposed_s) for DeepSpeed's ZeRO-3 (per-weight gathers, flat
+        rings); fitted on Narayanan 2021 Table 2 (the DeepSpeed ZeRO-3 rows). Allowed range 0-1.
+    zero3_overlap_fsdp: the same for FSDP (one collective per layer with prefetch: PyTorch FSDP1/FSDP2,
+        Megatron-FSDP); fitted on the corpus' FSDP runs (LLM Foundry, fms-fsdp, torchtitan, Megatron-Bridge).
     gemm_scale_<family> (hopper, blackwell, ascend, gaudi): the realised GEMM efficiency of a chip family in
         production training relative to its catalog curve. Those curves are the best-shape microbenchmark (MAMF)
         or a datasheet rule of thumb times CALIB_RATIO, a ratio fitted on A100 Megatron-LM runs: what a family
@@ -45,19 +47,32 @@ class Calibration:
         leave-one-source-out validation. Allowed range 0.6-1.25.
     """
 
-    gemm_scale: float = 1.0
+    # committed values: fitted on every source of the corpus (`make corpus-tables`: benchmarks/corpus/LOSO.md
+    # "fitted on all sources"); leave-one-source-out refits each without the source it scores. gemm_scale and
+    # zero3_overlap share the A100 FSDP runs and the median objective is flat between (1.02, 0.834) and
+    # (1.0, 0.76), which the coordinate-wise fit alternates between; the committed pair has the lower in-sample
+    # median (7.2% vs 7.3%)
+    gemm_scale: float = 1.02
     zero3_overlap: float = 0.55
-    gemm_scale_hopper: float = 1.0
-    gemm_scale_blackwell: float = 1.0
-    gemm_scale_ascend: float = 1.0
-    gemm_scale_gaudi: float = 1.0
+    zero3_overlap_fsdp: float = 0.834
+    gemm_scale_hopper: float = 0.933
+    gemm_scale_blackwell: float = 0.783
+    gemm_scale_ascend: float = 0.771
+    gemm_scale_gaudi: float = 0.982
+
+    def zero3_overlap_for(self, impl: str) -> float:
+        """The ZeRO-3 overlap of an implementation (StrategySpec.zero3_impl: "deepspeed" | "fsdp")."""
+        return self.zero3_overlap if impl == "deepspeed" else self.zero3_overlap_fsdp
 
     def gemm_scale_for(self, chip_id: str) -> float:
-        """The GEMM-efficiency multiplier of a chip: its family's realised-efficiency scale (CHIP_FAMILIES, catalog
-        chips whose curves are datasheet/microbenchmark estimates) times gemm_scale; chips outside the families
-        (A100, the profiled chips of chips/measured/ with measured curves) take gemm_scale alone."""
+        """The GEMM-efficiency multiplier of a chip: its family's realised-efficiency scale (CHIP_FAMILIES: chips whose
+        curves are a microbenchmark or datasheet figure x CALIB_RATIO); the profiled chips of chips/measured/ keep
+        their measured curves (1.0); other chips (A100, V100, MI300X) take gemm_scale. Each constant scales its own
+        chips, so each is fitted on its own runs."""
+        if chip_id in PROFILED_CHIPS:
+            return 1.0
         fam = CHIP_FAMILY_OF.get(chip_id)
-        return self.gemm_scale * (getattr(self, f"gemm_scale_{fam}") if fam else 1.0)
+        return getattr(self, f"gemm_scale_{fam}") if fam else self.gemm_scale
 
     def __post_init__(self) -> None:
         for f in FITTED:
@@ -78,7 +93,11 @@ def _all_runs(run: Any) -> bool:
 
 
 def _zero3_runs(run: Any) -> bool:
-    return run.strategy.zero >= 3
+    return run.strategy.zero >= 3 and run.strategy.zero3_impl == "deepspeed"
+
+
+def _fsdp_runs(run: Any) -> bool:
+    return run.strategy.zero >= 3 and run.strategy.zero3_impl != "deepspeed"
 
 
 # catalog chips whose GEMM curves are estimates (MAMF or datasheet x CALIB_RATIO), by family
@@ -87,6 +106,8 @@ CHIP_FAMILIES = (("hopper", ("h100-sxm5-80g", "h800-sxm5-80g", "h200-sxm-141g", 
                  ("ascend", ("ascend-910b", "ascend-910c")),
                  ("gaudi", ("gaudi2", "gaudi3")))
 CHIP_FAMILY_OF = {chip: fam for fam, chips in CHIP_FAMILIES for chip in chips}
+# chips/measured/: curves measured on our own GPUs by `baige-plan profile`; our harness runs on them are their check
+PROFILED_CHIPS = ("h100-sxm5-80g-profiled", "h200-sxm-141g-profiled")
 
 
 def _family_runs(family: str) -> Callable[[Any], bool]:
@@ -136,6 +157,8 @@ FITTED: tuple[Fitted, ...] = (
                      "(CALIB_RATIO in chips/*.yaml)", coordinate="reciprocal"),
     Fitted("zero3_overlap", 0.0, 1.0, _zero3_runs, points=5,
            fitted_on="Narayanan 2021 Table 2, compute-bound 384/640-GPU ZeRO-3 rows"),
+    Fitted("zero3_overlap_fsdp", 0.0, 1.0, _fsdp_runs, points=5,
+           fitted_on="the corpus' FSDP runs (benchmarks/corpus/LOSO.md)"),
     *(Fitted(f"gemm_scale_{fam}", 0.60, 1.25, _family_runs(fam), points=9, coordinate="reciprocal",
              fitted_on=f"the corpus runs on {fam} chips that are not MoE (benchmarks/corpus/LOSO.md)")
       for fam, _ in CHIP_FAMILIES),
