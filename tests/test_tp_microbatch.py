@@ -95,7 +95,7 @@ def test_host_bound_micro_batch_hides_tp_comm_device_bound_does_not():
     the device and sets the stage's time; at micro-batch 16 the device (GEMMs + eager traffic + TP
     all-reduces, measured 0.268 s) does."""
     cl, _ = Catalog.create().cluster("h200-sxm-141g:1x4")
-    host = eager_host_s(24, 0, 0, False, 1, 0, 4)
+    host = eager_host_s(24, 0, 0, False, 1, 0, 4, ranks_per_host=4)   # four ranks share the host
     e1 = estimate(GPT13B, cl, JobSpec(1, 2048, "bf16"), _strategy(mb=1))
     st = e1.stages[0]
     r = ChipRates.of(cl.groups[0].chip, "bf16")
@@ -154,3 +154,16 @@ def test_plans_and_rows_agree_and_custom_shapes_cite_their_sizes():
     assert len(big) == 5 and big[0].model.params() == 2_651_673_600
     cmd = H.cli_command(big[0])
     assert "--preset" not in cmd and "--layers 32 --hidden 2560 --heads 32 --ffn-hidden 10240" in cmd
+
+
+def test_host_contention_of_ranks_sharing_a_host():
+    from baige_plan.cost.execution import EAGER_HOST, host_contention
+    # measured: the slowest of 4 ranks at 7.33 us per op, one process alone at 5.29 us (EagerHost docstring)
+    assert host_contention(1) == 1.0
+    assert host_contention(4) == pytest.approx(7.33 / 5.29)
+    assert host_contention(8) == host_contention(4)                 # not measured beyond 4: held
+    assert host_contention(2) == pytest.approx(1 + (7.33 / 5.29 - 1) / 3)
+    # it scales the counted ops only: the FSDP2 hooks and TP calls were measured on 4-rank hosts already
+    ops_only = eager_host_s(24, 0, 0, False, 4, 0, 1, ranks_per_host=4)
+    assert ops_only == pytest.approx(24 * (EAGER_HOST.ops_per_layer + EAGER_HOST.ddp_ops_per_layer)
+                                     * EAGER_HOST.us_per_op * 1e-6 * 7.33 / 5.29)

@@ -296,7 +296,7 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
         # autocast dtype where the runtime casts before it (cost/execution.py tp_grad_comm_scale)
         t_tp_b = n_ar * C.all_reduce_s(act_sz * (EAGER.tp_grad_comm_scale if s.execution == "eager" else 1),
                                        tp_link)
-    if s.tp_comm_overlap and s.tp > 1:
+    if s.tp_comm_overlap and s.tp > 1 and sp:   # userbuffer overlap needs sequence parallelism (validate_args)
         # TE userbuffers split each AG/RS into chunks pipelined with the GEMM they feed or follow:
         # only the part longer than those GEMMs, and the pipeline fill, stays exposed
         t_tp = max(t_tp - g_f, TP_OVERLAP_RESIDUAL * t_tp)
@@ -504,7 +504,8 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
         # and expert all-to-alls with data-dependent splits serialise the two (cost/execution.py)
         local_e = model.moe.experts / s.ep if model.moe is not None else 0.0
         host = eager_host_s(n_layers, n_moe, local_e, s.recompute == "full", s.dp * s.cp, s.zero, s.tp,
-                            ep=s.ep, expert_ddp=s.edp > 1, micro_batches=m)
+                            ep=s.ep, expert_ddp=s.edp > 1, micro_batches=m,
+                            ranks_per_host=min(group.devices_per_node, s.tp * s.pp * s.dp * s.cp))
         if n_moe and s.ep > 1:
             bwd += host
         else:

@@ -133,6 +133,7 @@ RUNTIME = replace(
     version="0.8.0",
     heterogeneous=True,         # interleaving and cp: non-hetero mode only; shape_refusal refuses them in hetero mode
     zero_stages=(0, 1),         # Megatron-FSDP (megatron zero 3) is not checked against FlagScale's fork
+    tp_comm_overlap=False,      # TE userbuffers across hetero meshes not checked against FlagScale
     uneven_interleaved=False,   # not checked against FlagScale's Megatron fork: its export writes first/last
     split_accounting=False,     # counts only, for vpp 1 (see the export below)
     bf16_grad_reduce=False,     # not checked against FlagScale's fork; its export does not write it

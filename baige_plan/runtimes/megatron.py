@@ -198,6 +198,9 @@ RUNTIME = RuntimeSpec(
     # fp8 runs keep fp8 primary weights (--fp8-param-gather), as NeMo 2 (bf16_with_fp8_mixed fp8_params, v2.0.0+)
     # and Megatron-Bridge's fp8 presets (training/mixed_precision.py v0.2.0) set it: the memory the recipes run at
     fp8_param_gather=True,
+    # Transformer Engine's userbuffer TP overlap, as the NeMo / Megatron-Bridge performance recipes run tensor
+    # parallelism with sequence parallelism (tp_comm_overlap in their perf configs); exported --tp-comm-overlap
+    tp_comm_overlap=True,
     heterogeneous=False,
     schedules=("1F1B", "interleaved-1F1B"),
     execution="fused",
@@ -370,8 +373,9 @@ def megatron_args(doc: dict) -> tuple[list[tuple[str, object]], list[str], list[
         a += [("--overlap-grad-reduce", None)] + ([("--overlap-param-gather", None)] if zero >= 1 else [])
     if s.get("grad_reduce_bf16"):
         a.append(("--grad-reduce-in-bf16", None))
-    if s.get("tp_comm_overlap"):
-        if tp > 1 and s.get("sequence_parallel"):
+    from baige_plan import runtimes   # the plan's runtime (FlagScale exports through these arguments too)
+    if s.get("tp_comm_overlap", runtimes.get(s.get("runtime") or "megatron").tp_comm_overlap) and tp > 1:
+        if s.get("sequence_parallel"):
             a.append(("--tp-comm-overlap", None))
         else:
             caveats.append("tp_comm_overlap needs tp > 1 with sequence parallelism (validate_args); not exported")
