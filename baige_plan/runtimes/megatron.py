@@ -373,7 +373,7 @@ def megatron_args(doc: dict) -> tuple[list[tuple[str, object]], list[str], list[
         a += [("--overlap-grad-reduce", None)] + ([("--overlap-param-gather", None)] if zero >= 1 else [])
     if s.get("grad_reduce_bf16"):
         a.append(("--grad-reduce-in-bf16", None))
-    from baige_plan import runtimes   # the plan's runtime (FlagScale exports through these arguments too)
+    from baige_plan import runtimes  # the plan's runtime (FlagScale exports through these arguments too)
     if s.get("tp_comm_overlap", runtimes.get(s.get("runtime") or "megatron").tp_comm_overlap) and tp > 1:
         if s.get("sequence_parallel"):
             a.append(("--tp-comm-overlap", None))
