@@ -30,7 +30,8 @@ def plans(tmp_path_factory) -> tuple[Path, Path]:
     d = tmp_path_factory.mktemp("plans")
     best, slow = d / "best.yaml", d / "slow.yaml"
     _run(["plan", *SMALL, "--out", best], 0)
-    _run(["plan", *SMALL, "--tp", "8", "--out", slow], 0)          # slower than the best plan
+    # slower than the best plan by far: tp 8 with every layer recomputed
+    _run(["plan", *SMALL, "--tp", "8", "--recompute", "full", "--out", slow], 0)
     return best, slow
 
 
@@ -128,14 +129,14 @@ def test_check_and_diff_refuse_what_validate_refuses(tmp_path, plans, suffix, na
 def test_valid_plans_pass_validate_check_and_diff(tmp_path, plans):
     best, slow = plans
     _run(["validate", best, slow], 0)
-    _run(["diff", best, slow], 0)
+    _run(["diff", best, slow], 1)                                           # valid, and different: exit 1
     # a plan on two chip families carries the heterogeneous estimate keys: still valid as written
     het = tmp_path / "het.yaml"
     _run(["plan", "llama3-8b", "a100-sxm4-80g:1x8+ascend-910b:1x8", "--global-batch", "32", "--seq-len", "2048",
           "--out", het], 0)
     _run(["validate", het], 0)
     _run(["check", het, "--baseline", het], 0)
-    _run(["diff", het, best], 0)
+    _run(["diff", het, best], 1)
     # and the JSON form of a valid plan
     js = _write(yaml.safe_load(best.read_text()), tmp_path / "best.json")
     _run(["check", js, "--baseline", best], 0)

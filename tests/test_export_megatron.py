@@ -202,6 +202,15 @@ def test_moe_qwen3():
     assert a["--num-query-groups"] == "4"
 
 
+def test_moe_flex_dispatcher_exported():
+    """A plan costed with the flex dispatcher (DeepEP) launches it: Megatron's --moe-token-dispatcher-type flex with
+    TransformerConfig.moe_flex_dispatcher_backend deepep."""
+    doc = plan_doc(QWEN3, tp=2, pp=2, dp=64, ep=128, etp=1, m=16, vpp=47, nodes=32, seq=4096,
+                   moe_dispatcher="flex")
+    a = args_of(doc)
+    assert a["--moe-token-dispatcher-type"] == "flex" and a["--moe-flex-dispatcher-backend"] == "deepep"
+
+
 def test_moe_etp_always_passed():
     # Megatron defaults --expert-tensor-parallel-size to tp: etp 1 with tp 4 must be said explicitly
     a = args_of(plan_doc(dict(QWEN3, layers=32), tp=4, pp=1, dp=2, ep=1, etp=1, m=4))

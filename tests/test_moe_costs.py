@@ -2,7 +2,10 @@
 size, grouped-GEMM efficiency, routing/permutation bytes, dispatcher communication, straggler factor,
 DDP all-reduce of replicated expert parameters and the eager host ops of an MoE layer."""
 
+import json
 import math
+import statistics
+from pathlib import Path
 
 import pytest
 
@@ -19,13 +22,18 @@ from baige_plan.cost.execution import EAGER_HOST, eager_host_s
 from baige_plan.cost.flops import Gemm, expert_load_factor, linear_gemms, tokens_per_expert
 from baige_plan.cost.moe import (
     GROUPED_MM_BWD_OVER_FWD,
+    QUANT_KERNEL_DEVICE_S,
+    all_to_all_across_nodes_s,
+    ep_node_split,
     expert_gemm_kind,
     fp8_padding_bytes,
+    fp8_quant_kernels,
     grouped_mm_bwd_extra_s,
     moe_dispatch_comm_s,
     moe_layer_terms,
     moe_load,
     moe_router,
+    remote_nodes_per_token,
 )
 from baige_plan.io.catalog import Catalog
 from baige_plan.specs.job import JobSpec
@@ -224,8 +232,10 @@ def test_fp8_padding_bytes_by_hand():
     mt = moe_layer_terms(QWEN3, s, r8, 8192, link, _link(1))
     d_f, d_b = moe_dispatch_bytes(QWEN3, 8192, 1, 8, 1, 2)
     pad = 1_073_741_824 * mt.load
-    assert mt.dispatch_fwd_s == pytest.approx((d_f + pad) / r8.hbm_Bps, rel=1e-12)
-    assert mt.dispatch_bwd_s == pytest.approx((d_b + pad) / r8.hbm_Bps, rel=1e-12)
+    # + the fixed device time of H100 current-scaling quantisation: 3 kernels x 16 experts x 2 GEMM inputs a pass
+    quant = 96 * QUANT_KERNEL_DEVICE_S
+    assert mt.dispatch_fwd_s == pytest.approx((d_f + pad) / r8.hbm_Bps + quant, rel=1e-12)
+    assert mt.dispatch_bwd_s == pytest.approx((d_b + pad) / r8.hbm_Bps + quant, rel=1e-12)
     tt = moe_layer_terms(QWEN3, StrategySpec(dp=8, ep=8, zero=1, micro_batch=2, runtime="torchtitan"), r8, 8192,
                          link, _link(1))
     assert tt.dispatch_fwd_s == pytest.approx(d_f / r8.hbm_Bps, rel=1e-12)
@@ -264,3 +274,78 @@ def test_grouped_mm_backward_beyond_twice_the_forward():
     s_mg = StrategySpec(dp=8, ep=8, zero=1, micro_batch=2)
     lin_mg = linear_gemms(QWEN3, 8192, 1, True, 8, grouped=expert_gemm_kind(s_mg))
     assert moe_layer_terms(QWEN3, s_mg, r, 8192, _link(8), _link(1), lin_mg).expert_bwd_extra_s == 0.0
+
+
+# Qwen3-235B-A22B (HF config): 94 layers, hidden 4096, 128 experts top-8 of width 1536
+QWEN3_235B = ModelSpec("qwen3-235b-a22b", 94, 4096, 64, 12288, 151936, seq_len=4096, kv_heads=4, head_dim=128,
+                       moe=MoESpec(experts=128, top_k=8, expert_ffn_hidden=1536))
+
+
+def test_all_to_all_across_nodes_by_hand():
+    # DGX-H100 nodes: NVLink busbw 450 x 0.817 = 367.65 GB/s among 8 ranks, one 400 Gb/s NIC per GPU at 0.94 = 47 GB/s
+    group = Catalog.create().cluster("h100-sxm5-80g:32x8")[0].groups[0]
+    assert ep_node_split(group, 8, 8) is None                      # inside one node: the group's link as before
+    split = ep_node_split(group, 32, 8)
+    assert split is not None and split.per_node == 8
+    assert split.intra.busbw_GBps == pytest.approx(450 * 0.817) and split.intra.n == 8
+    assert split.nic.busbw_GBps == pytest.approx(50 * 0.94)
+    # Qwen3-235B tp2 (SP) ep32, micro-batch 1 x 4096: a rank routes 2048 x 8 tokens of 4096 bf16 = 128 MiB
+    s_ = 2048 * 8 * 4096 * 2
+    assert s_ == 134_217_728
+    # 24 of the 32 ranks are on other nodes: 96 MiB leave through the rank's NIC; 7 of 32 shares cross NVLink
+    inter = (8 + 6) * 1e-6 + s_ * 24 / 32 / 47e9                  # alpha: launch + one NIC step
+    intra = (8 + 1 * 2 * 7) * 1e-6 + s_ * 8 / 32 * 7 / 8 / (450 * 0.817e9)
+    assert all_to_all_across_nodes_s(s_, 32, split) == pytest.approx(max(inter, intra), rel=1e-12)
+    assert inter == pytest.approx(2.156e-3, rel=1e-3)
+    # what the group's link charged: the hierarchical-ring busbw min(NVLink, 8 NICs) = 367.65 GB/s for all 31/32
+    # (alpha: launch + 7 NVLink steps x 2 + 2 log2(4 nodes) NIC steps = 46 us): 0.40 ms, 5.4x less
+    link = C.group_link(group, 32, 8)
+    assert C.all_to_all_s(s_, link) == pytest.approx(46e-6 + s_ * 31 / 32 / (450 * 0.817e9), rel=1e-12)
+    # the dispatcher: dispatch + combine per pass
+    t = moe_dispatch_comm_s(QWEN3_235B, 4096, 2, 32, 1, 2, link, _link(1), ep_split=split)
+    assert t == pytest.approx(2 * inter, rel=1e-12)
+    # one rank per node: every peer is off the node, the NIC rate as the group link had it (latency apart)
+    split1 = ep_node_split(group, 4, 1)
+    assert all_to_all_across_nodes_s(s_, 4, split1) == pytest.approx(14e-6 + s_ * 3 / 4 / 47e9, rel=1e-12)
+
+
+def test_flex_dispatcher_sends_a_token_once_per_remote_node():
+    # 128 experts over 4 nodes (32 each), top-8 uniform without replacement: a node holds none of a token's
+    # experts with probability C(96, 8) / C(128, 8); the other 3 nodes are hit 3 x (1 - that) times
+    miss = math.comb(96, 8) / math.comb(128, 8)
+    assert remote_nodes_per_token(128, 8, 4) == pytest.approx(3 * (1 - miss), rel=1e-12)
+    assert remote_nodes_per_token(128, 8, 4) == pytest.approx(2.7218, rel=1e-4)   # "alltoall" sends 6 copies
+    assert remote_nodes_per_token(128, 8, 2) == pytest.approx(1 - math.comb(64, 8) / math.comb(128, 8), rel=1e-12)
+    assert remote_nodes_per_token(128, 8, 1) == 0.0
+    group = Catalog.create().cluster("h100-sxm5-80g:32x8")[0].groups[0]
+    split = ep_node_split(group, 32, 8)
+    link = C.group_link(group, 32, 8)
+    t = moe_dispatch_comm_s(QWEN3_235B, 4096, 2, 32, 1, 2, link, _link(1), dispatcher="flex", ep_split=split)
+    inter = 14e-6 + 2048 * 4096 * 2 * 3 * (1 - miss) / 47e9
+    assert t == pytest.approx(2 * max(inter, C.all_to_all_s(134_217_728, split.intra)), rel=1e-12)
+    assert t < moe_dispatch_comm_s(QWEN3_235B, 4096, 2, 32, 1, 2, link, _link(1), ep_split=split)
+
+
+def test_fp8_quant_kernels_per_pass():
+    s = StrategySpec(dp=8, ep=8, zero=1, micro_batch=2, recompute="none")
+    # 16 local experts x 2 GroupedLinear inputs (or output gradients) x kernels per tensor of the recipe
+    assert fp8_quant_kernels(QWEN3, s, "current") == 2 * 16 * 3 == 96     # amax, scale, cast-transpose
+    assert fp8_quant_kernels(QWEN3, s, "mxfp8") == 2 * 16 * 1             # one block-scaled cast
+    assert fp8_quant_kernels(QWEN3, s, "delayed") == 2                    # one multi-cast-transpose per linear
+    # bf16 pays none: the layer terms are bytes only
+    r16 = ChipRates.of(Catalog.create().chip("h100-sxm5-80g"), "bf16")
+    mt = moe_layer_terms(QWEN3, s, r16, 8192, _link(8), _link(1))
+    d_f, _ = moe_dispatch_bytes(QWEN3, 8192, 1, 8, 1, 2)
+    assert mt.dispatch_fwd_s == pytest.approx(d_f / r16.hbm_Bps, rel=1e-12)
+
+
+def test_quant_kernel_device_time_is_the_recorded_measurement():
+    # QUANT_KERNEL_DEVICE_S = median over the raw file's 40 (layout, tensor) rows of (amax + scale + cast-transpose
+    # per expert - 6 B/element at the chip's achievable HBM rate) / 3 kernels
+    raw = json.loads((Path(__file__).parents[1] / "benchmarks/real/moe_device_pieces_h100.raw.json").read_text())
+    hbm = ChipRates.of(Catalog.create().chip("h100-sxm5-80g"), "fp8").hbm_Bps
+    per = [(r[f"{k}_te_like_s"] / r["experts"] - 6 * r[f"{k}_elems"] / r["experts"] / hbm) / 3
+           for r in raw["experts"] for k in ("fc1_qx", "fc2_qx", "fc1_qdy", "fc2_qdy")]
+    assert len(per) == 40
+    assert statistics.median(per) == pytest.approx(QUANT_KERNEL_DEVICE_S, abs=0.01e-6)
+    assert 3.4e-6 < min(per) and max(per) < 4.3e-6                  # flat over 0.8-17 M elements per tensor

@@ -121,3 +121,19 @@ def test_estimate_charges_host_only_where_it_binds():
     # eager runtimes keep their own host model; dense models have no MoE layer to charge
     assert free.step_time_s == estimate(case.model, case.cluster, case.job,
                                         replace(s, moe_token_drop=True, cuda_graph_scope="full")).step_time_s
+
+
+def test_runs_loader_reads_dispatcher():
+    """The dispatcher each row's recipe names (DeepEP / HybridEP rows run Megatron's flex dispatcher; the
+    Megatron-Bridge presets without a flex backend the default alltoall), and the export passes it on."""
+    cat = Catalog.create()
+    rows = {c.id: c.strategy for f in ("benchmarks/corpus/megatron_lm_moe_modelzoo.yaml",
+                                       "benchmarks/corpus/automodel_perf_2510.yaml",
+                                       "benchmarks/corpus/mbridge_perf_2602.yaml") for c in load_runs(f, cat)}
+    assert rows["megatron_lm_moe_modelzoo_qwen3_235b_a22b_h100_256gpu_tp2pp8vpp4ep32_deepep"].moe_dispatcher == "flex"
+    automodel = [s for k, s in rows.items() if k.startswith("automodel_perf_2510") and s.ep > 1]
+    assert automodel and all(s.moe_dispatcher == "flex" for s in automodel)      # "DeepEP dispatch"
+    mb = [s for k, s in rows.items() if k.startswith("mbridge_perf_2602_qwen3_235b") and "h100" in k]
+    assert mb and all(s.moe_dispatcher == "" for s in mb)                          # "alltoall dispatcher"
+    with pytest.raises(SpecError):
+        StrategySpec(moe_dispatcher="deepep")

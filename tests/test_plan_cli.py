@@ -98,11 +98,11 @@ def test_check_and_diff(tmp_path, gpt3_plans):
     r = _ok(["check", str(worse), "--baseline", str(best)], 3)
     assert "step time" in r.stderr
     _ok(["check", str(worse), "--baseline", str(best), "--tolerance", "0.5"], 0)
-    r = _ok(["diff", str(best), str(worse), "--format", "json"])
+    r = _ok(["diff", str(best), str(worse), "--format", "json"], 1)             # they differ: exit 1, as diff(1)
     d = json.loads(r.stdout)
     assert d["strategy"]["tp"] == {"a": yaml.safe_load(best.read_text())["strategy"]["tp"], "b": 8}
     assert d["estimate"]["step_time_s"]["a"] < d["estimate"]["step_time_s"]["b"]
-    r = _ok(["diff", str(best), str(worse)])
+    r = _ok(["diff", str(best), str(worse)], 1)
     assert "strategy.tp" in r.stdout and "step_time_s" in r.stdout
 
 

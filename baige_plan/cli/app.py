@@ -25,6 +25,7 @@ from baige_plan.cli.whatif import whatif
 # OneLineGroup / CheckedCommand (cli/values.py): every number option checked once, by the same rule in
 # every command; usage errors are one line on stderr, exit 2
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, cls=OneLineGroup,
+                  rich_markup_mode=None,
                   help="Plan parallel training of large models on big and mixed accelerator clusters.")
 for _name, _fn in (("evaluate", evaluate), ("backtest", backtest), ("catalog", catalog), ("validate", validate),
                    ("plan", plan), ("explain", explain), ("check", check), ("diff", diff), ("export", export),

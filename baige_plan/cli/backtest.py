@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
@@ -21,6 +20,7 @@ from baige_plan.cli.common import CatalogOpt, err, fail_input, note, progress_li
 from baige_plan.errors import InputError
 from baige_plan.io.backtest import backtest_files, gate
 from baige_plan.io.catalog import Catalog
+from baige_plan.io.render import Stdout
 from baige_plan.io.serialize import to_json
 
 
@@ -38,25 +38,28 @@ def _pct_opt(name: str, text: str | None) -> float | None:
 
 
 def backtest(
-    runs: list[Path] = typer.Argument(..., help="Runs YAML file(s) (schema of published_calibration.yaml / "
+    runs: list[Path] = typer.Argument(..., metavar="RUNS", help="Runs YAML file(s) (schema of published_calibration.yaml / "
                                       "benchmarks/real); each file is one set in the summary."),
-    fmt: str = typer.Option("table", "--format", help="table | json"),
+    fmt: str = typer.Option("table", "--format", help="Output: table (for people) or json (one document on "
+                            "stdout)."),
     catalog: list[str] = CatalogOpt,
-    plot: Path = typer.Option(None, "--plot", help="Also draw predicted vs measured step time (y = x, ±10 % band, "
+    plot: Path = typer.Option(None, "--plot", metavar="FILE", help="Also draw predicted vs measured step time (y = x, ±10 % band, "
                               "labelled points) into this .svg or .png file (needs the optional plot extra: "
-                              "pip install 'baige-plan[plot]')."),
+                              "pip install 'baige-plan[plot]') [default: no picture]."),
     fail_median: str = typer.Option(None, "--fail-above-median", metavar="PCT",
-                                      help="Exit 3 when a set's median |step-time error| exceeds PCT percent."),
+                                      help="Exit 3 when a set's median |step-time error| exceeds PCT percent "
+                                      "[default: no limit]."),
     fail_p90: str = typer.Option(None, "--fail-above-p90", metavar="PCT",
-                                   help="Exit 3 when a set's p90 |step-time error| exceeds PCT percent."),
+                                   help="Exit 3 when a set's p90 |step-time error| exceeds PCT percent "
+                                   "[default: no limit]."),
     loso_: bool = typer.Option(False, "--loso", help="Leave-one-source-out validation over all the files: rows "
                                "grouped by source.key; the corpus-fitted constants (specs/calibration.py) refit "
                                "without the source being scored; per source, family, mechanism class and overall "
                                "(docs/VALIDATION.md). With --fail-above-*, the limits apply to the pooled figures."),
     tables: Path = typer.Option(None, "--tables", metavar="DIR", help="With --loso: write DIR/loso.json and "
-                                "DIR/LOSO.md (the committed tables)."),
+                                "DIR/LOSO.md (the committed tables) [default: not written]."),
     bands: Path = typer.Option(None, "--bands", metavar="FILE", help="With --loso: write the step-time band "
-                               "table (quantiles of measured / predicted per mechanism class) to FILE."),
+                               "table (quantiles of measured / predicted per mechanism class) to FILE [default: not written]."),
 ) -> None:
     """Evaluate each measured run with the cost model and report the error (the golden table)."""
     if fmt not in ("table", "json"):
@@ -106,7 +109,7 @@ def _print_tables(doc: dict, label: str) -> None:
         t.add_row(r["id"], r["strategy"], f"{r['measured_step_time_s']:.4g}" if r["measured_step_time_s"] else "-",
                   f"{r['predicted_step_time_s']:.4g}", f"{err_:+.1%}" if err_ is not None else "-",
                   f"{mem_m:.2f}" if mem_m else "-", f"{mem_p:.2f}" if mem_m else "-")
-    console = Console(width=max(Console().width, 140), markup=False)   # ids and paths print as written
+    console = Stdout(140)       # no cell cut at any width; ids and paths print as written (io/render.py)
     console.print(t)
     sets = doc.get("sets") or [{"file": label, "summary": doc["summary"]}]
     for st in sets + ([{"file": "all sets", "summary": doc["summary"]}] if len(sets) > 1 else []):
@@ -117,7 +120,7 @@ def _print_tables(doc: dict, label: str) -> None:
                   "sequence of the global batch)")
 
 
-def _print_summary(console: Console, name: str, s: dict) -> None:
+def _print_summary(console: Stdout, name: str, s: dict) -> None:
     console.print(Text.assemble((name, "bold"), f": {s['evaluated_rows']} of {s['runs_total']} runs evaluated "
                                 f"({s['evaluated_share']:.0%}); refused {s['refused_rows']}, predicted not to fit "
                                 f"{s['does_not_fit_rows']}"))
@@ -186,7 +189,7 @@ def _pc(x) -> str:
 
 
 def _print_loso(doc: dict) -> None:
-    console = Console(width=max(Console().width, 140), markup=False)
+    console = Stdout(140)
     o, ins = doc["overall"], doc["in_sample_committed"]
     console.print(Text.assemble(("leave-one-source-out", "bold"), f" over {', '.join(doc['files'])}"))
     console.print(f"overall: {o['evaluated_rows']} of {o['runs']} runs evaluated ({o['evaluated_share']:.0%}); "

@@ -3,21 +3,22 @@
 from __future__ import annotations
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from baige_plan.cli.common import FORMAT_HELP, CatalogOpt, Fmt, fail_input
 from baige_plan.errors import InputError
 from baige_plan.io.catalog import Catalog
 from baige_plan.io.catalog_view import _v, chip_rows, detail, model_rows, topology_rows
+from baige_plan.io.render import print_tables
 from baige_plan.io.serialize import rnd, to_json, to_yaml
 
 KINDS = ("chips", "models", "topologies")
 
 
 def catalog(
-    kind: str = typer.Argument(..., help="chips | models | topologies"),
-    name: str = typer.Argument(None, help="Show one entry in full (with sources)."),
+    kind: str = typer.Argument(..., metavar="KIND", help="chips, models or topologies."),
+    name: str = typer.Argument(None, metavar="NAME", help="Show one entry in full (with sources) [default: list "
+                               "them all]."),
     fmt: Fmt = typer.Option(Fmt.table, "--format", help=FORMAT_HELP),
     catalog: list[str] = CatalogOpt,
 ) -> None:
@@ -40,11 +41,11 @@ def catalog(
     t = Table(title=f"{kind} ({len(rows)})" + ("  — AI-efficiency matrix: peak | measured fraction" if kind == "chips"
                                                else ""), title_justify="left")
     if not rows:
-        Console(markup=False).print(t)
+        print_tables([t], prefer=160)
         return
     for col in rows[0]:
         t.add_column(col, justify="left" if col in ("id", "name", "family", "groups", "bridges", "moe",
                                                     "scaleup_kind") else "right", no_wrap=col in ("id", "name"))
     for r in rows:
         t.add_row(*[_v(v, "{:.3g}") if isinstance(v, float) or v is None else str(v) for v in r.values()])
-    Console(width=max(Console().width, 160), markup=False).print(t)   # names from user catalogs print as written
+    print_tables([t], prefer=160)     # no cell cut at any width; names from user catalogs print as written

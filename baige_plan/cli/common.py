@@ -15,8 +15,9 @@ from baige_plan.runtimes import NAMES as RUNTIME_NAMES
 # or strategy fits when its peak memory is at most this fraction of the device's
 MAX_MEMORY_FRAC = 0.9
 
-CatalogOpt = typer.Option(None, "--catalog", help="Extra catalog folder (chips/, models/, topologies/); repeatable. "
-                          "Also BAIGE_PLAN_CATALOG.")
+CatalogOpt = typer.Option(None, "--catalog", metavar="DIR", help="Extra catalog folder (chips/, models/, "
+                          "topologies/), searched before the built-ins; repeatable [default: BAIGE_PLAN_CATALOG, "
+                          "else none].")
 
 
 # help texts of options several commands share (one wording everywhere)
@@ -89,13 +90,19 @@ def note(msg: str) -> None:
         print(f"note: {msg}", file=sys.stderr)
 
 
-def progress_line(text: str = "", after_s: float = 1.0):
+# a progress line shows once the work has taken this long (tests set 0 to see every command's line)
+PROGRESS_AFTER_S = 1.0
+
+
+def progress_line(text: str = "", after_s: float | None = None):
     """A transient progress line on stderr for work that may take over a second (io/render_plans.Progress):
-    shown after `after_s` seconds, only on a terminal, never with --quiet. `text`: a format string over
-    done and total for `progress(done, total)` calls, or the first status for `.update(text)` calls."""
+    shown after `after_s` seconds (PROGRESS_AFTER_S), only on a terminal, never with --quiet. `text`: a
+    format string over done and total for `progress(done, total)` calls, or the first status for
+    `.update(text)` calls."""
     from baige_plan.io.render_plans import Progress
 
-    p = Progress(after_s=after_s, text=text or Progress.SEARCH, enabled=not _QUIET["on"])
+    wait = PROGRESS_AFTER_S if after_s is None else after_s
+    p = Progress(after_s=wait, text=text or Progress.SEARCH, enabled=not _QUIET["on"])
     if text and "{" not in text:
         p.update(text)
     return p

@@ -1,4 +1,5 @@
-"""`baige-plan diff A B`: what differs between two plans (strategy, stages, estimate, inputs)."""
+"""`baige-plan diff A B`: what differs between two plans (strategy, stages, estimate, inputs, placement).
+Exit 0 when they are the same, 1 when they differ (as diff(1) and SPEC §3), 2 on bad input."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ import typer
 from baige_plan.cli.common import FORMAT_HELP, CatalogOpt, Fmt, fail_input, progress_line
 
 
-def diff(plan_a: Path = typer.Argument(..., help="Plan file A."),
-         plan_b: Path = typer.Argument(..., help="Plan file B."),
+def diff(plan_a: Path = typer.Argument(..., metavar="PLAN_A", help="Plan file A."),
+         plan_b: Path = typer.Argument(..., metavar="PLAN_B", help="Plan file B."),
          fmt: Fmt = typer.Option(Fmt.table, "--format", help=FORMAT_HELP),
          catalog: list[str] = CatalogOpt) -> None:
-    """Show the differences between two plan files (as written), for humans or as JSON."""
+    """Show the differences between two plan files (as written), for humans or as JSON. Exit 0 when the
+    plans are the same, 1 when they differ (as diff(1)), 2 on bad input."""
     from baige_plan.errors import InputError
     from baige_plan.io.plan_check import validate_plan_file
     from baige_plan.io.plan_compare import compare
@@ -27,11 +29,18 @@ def diff(plan_a: Path = typer.Argument(..., help="Plan file A."),
     except InputError as ex:
         fail_input(ex)
     c = compare(a, b)
+    same = not c["rows"]
     if fmt is Fmt.table:
-        if not c["rows"]:
+        if same:
             typer.echo("no differences")
-            return
-        print_tables([diff_table(c["rows"], f"{plan_a} (A) vs {plan_b} (B)")])
+        else:
+            print_tables([diff_table(c["rows"], f"{plan_a} (A) vs {plan_b} (B)")])
     else:
         c.pop("rows")
-        typer.echo(dumps(dict({"schema": "baige-plan/diff/v1"}, **c), fmt.value), nl=False)
+        # A and B's estimates as the plan files hold them: the one estimate object (README "JSON shapes")
+        doc = dict({"schema": "baige-plan/diff/v1"}, **c, same=same,
+                   a={"file": str(plan_a), "estimate": a["estimate"]},
+                   b={"file": str(plan_b), "estimate": b["estimate"]})
+        typer.echo(dumps(doc, fmt.value), nl=False)
+    if not same:
+        raise typer.Exit(1)

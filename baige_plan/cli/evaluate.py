@@ -23,6 +23,7 @@ from baige_plan.cli.common import (
     err,
     fail_input,
     note,
+    progress_line,
 )
 from baige_plan.cli.profile_opts import ProfileOpt, apply_profiles, report_sources
 from baige_plan.cli.runtime_opts import pick_runtime
@@ -39,17 +40,20 @@ from baige_plan.specs.strategy import StrategySpec, infer_dp
 
 
 def evaluate(
-    model: str = typer.Argument(None, help="Built-in model name, model YAML, or Hugging Face config.json."),
-    cluster: str = typer.Argument(None, help="Built-in topology, topology YAML, or CHIP:NODESxDEVICES[+...]."),
-    plan: Path = typer.Option(None, "--plan", help="Re-estimate this plan file as written.",
-                             callback=plan_file),
+    model: str = typer.Argument(None, metavar="MODEL", help="Built-in model name, model YAML, or Hugging Face "
+                                "config.json."),
+    cluster: str = typer.Argument(None, metavar="CLUSTER", help="Built-in topology, topology YAML, or "
+                                  "CHIP:NODESxDEVICES[+CHIP:NODESxDEVICES...]."),
+    plan: Path = typer.Option(None, "--plan", metavar="PLAN", help="Re-estimate this plan file as written, instead "
+                              "of MODEL CLUSTER and the strategy options [default: none].", callback=plan_file),
     global_batch: int = typer.Option(None, "--global-batch", help="Sequences per optimizer step "
                                      "[default: dp x micro-batch x 4 x pp]."),
     seq_len: int = typer.Option(None, "--seq-len", help="Sequence length [default: the model's]."),
     precision: Precision = typer.Option(Precision.bf16, "--precision", help=PRECISION_HELP),
     tp: int = typer.Option(1, "--tp", help="Tensor parallel size (within a node)."),
     pp: int = typer.Option(1, "--pp", help="Pipeline parallel size (stages)."),
-    dp: int = typer.Option(None, "--dp", help="[default: devices / (tp x pp x cp)]"),
+    dp: int = typer.Option(None, "--dp", help="Data parallel size (model replicas) [default: devices / (tp x pp x "
+                           "cp)]."),
     cp: int = typer.Option(1, "--cp", help="Context parallel size (sequence split across devices)."),
     ep: int = typer.Option(1, "--ep", help="Expert parallel size (MoE models; divides tp x cp x dp / etp)."),
     etp: int = typer.Option(1, "--etp", help="Expert tensor parallel size."),
@@ -58,7 +62,8 @@ def evaluate(
     vpp: int = typer.Option(1, "--vpp", help="Model chunks per device (interleaved 1F1B); 1 = none."),
     recompute: Recompute = typer.Option(Recompute.selective, "--recompute", help=RECOMPUTE_HELP),
     sequence_parallel: bool = typer.Option(None, "--sequence-parallel/--no-sequence-parallel",
-                                           help="[default: on when tp > 1]"),
+                                           help="Sequence parallelism (Megatron: activations split along the "
+                                           "sequence within the TP group) [default: on when tp > 1]."),
     attention: Attention = typer.Option(Attention.flash, "--attention",
                                         help=ATTENTION_HELP),
     execution: Execution = typer.Option(None, "--execution",
@@ -67,10 +72,12 @@ def evaluate(
     runtime: Runtime = RuntimeOpt,
     first_stage_layers: int = typer.Option(None, "--first-stage-layers",
                                            help="Uneven pipeline split: transformer layers of the first stage "
-                                           "(Megatron --decoder-first-pipeline-num-layers; a multiple of --vpp)."),
+                                           "(Megatron --decoder-first-pipeline-num-layers; a multiple of --vpp) "
+                                           "[default: an even split]."),
     last_stage_layers: int = typer.Option(None, "--last-stage-layers",
                                           help="Uneven pipeline split: transformer layers of the last stage "
-                                          "(Megatron --decoder-last-pipeline-num-layers; a multiple of --vpp)."),
+                                          "(Megatron --decoder-last-pipeline-num-layers; a multiple of --vpp) "
+                                          "[default: an even split]."),
     account_for_embedding: bool = typer.Option(False, "--account-for-embedding/--no-account-for-embedding",
                                                help="Count the embedding as one pipeline layer of the first stage "
                                                "(Megatron --account-for-embedding-in-pipeline-split)."),
@@ -80,18 +87,20 @@ def evaluate(
     grad_reduce_bf16: bool = typer.Option(False, "--grad-reduce-in-bf16/--grad-reduce-in-fp32",
                                           help="Megatron: keep main gradients in bf16 and reduce them in bf16 "
                                           "(--grad-reduce-in-bf16; Megatron-Bridge perf recipes' "
-                                          "grad_reduce_in_fp32=False). Default: fp32 main grads."),
+                                          "grad_reduce_in_fp32=False); --grad-reduce-in-fp32: fp32 main grads."),
     max_memory_frac: float = typer.Option(MAX_MEMORY_FRAC, "--max-memory-frac",
                                           help="Fraction of device memory the strategy may use (fits: peak <= "
                                           "capacity x F; the output states F and the margin; the same default "
                                           "as `plan`)."),
     fmt: Fmt = typer.Option(Fmt.table, "--format", help=FORMAT_HELP),
-    exclude: list[str] = typer.Option(None, "--exclude", help="Nodes not to use: GROUP:INDEX or GROUP:FIRST-LAST "
-                                      "(as `plan --exclude`); the strategy runs on the nodes left."),
+    exclude: list[str] = typer.Option(None, "--exclude", metavar="NODES", help="Nodes not to use: GROUP:INDEX or "
+                                      "GROUP:FIRST-LAST (as `plan --exclude`); the strategy runs on the nodes left "
+                                      "[default: none]."),
     catalog: list[str] = CatalogOpt,
     profile: list[Path] = ProfileOpt,
 ) -> None:
     """Estimate step time, MFU and memory of one strategy. Exits 1 (printing fits: false) when it does not fit."""
+    prog = progress_line(f"evaluate: re-estimating {plan}" if plan is not None else "evaluate: estimating")
     try:
         cat = Catalog.create(catalog or [])
         if plan is not None:
@@ -102,7 +111,8 @@ def evaluate(
                 raise InputError("--exclude", " ".join(exclude), "applies to MODEL CLUSTER; a plan file's placement "
                                  "names the nodes it uses")
             from baige_plan.io.plans import evaluate_plan_file
-            doc, fits = evaluate_plan_file(plan)
+            doc, fits = evaluate_plan_file(plan)    # plans on several groups: each group's best plan alone too
+            prog.close()
             _emit_doc(doc, fmt, fits)
             if not fits:
                 err(doc.get("bottleneck", "does not fit in memory"))
@@ -140,6 +150,8 @@ def evaluate(
         fail_input(ex)
     except SpecError as ex:
         fail_input(ex, "strategy")
+    finally:
+        prog.close()
     bands = load_bands()
     band = band_for(e.step_time_s, m, job, e.strategy, bands)
     if fmt is Fmt.table:

@@ -41,18 +41,24 @@ class Objective(str, Enum):
 
 
 def plan(
-    model: str = typer.Argument(..., help="Built-in model name, model YAML, or Hugging Face config.json."),
-    cluster: str = typer.Argument(..., help="Built-in topology, topology YAML, or CHIP:NODESxDEVICES."),
-    global_batch: int = typer.Option(None, "--global-batch", help="Sequences per optimizer step [default: devices]."),
+    model: str = typer.Argument(..., metavar="MODEL", help="Built-in model name, model YAML, or Hugging Face "
+                                "config.json."),
+    cluster: str = typer.Argument(..., metavar="CLUSTER", help="Built-in topology, topology YAML, or "
+                                  "CHIP:NODESxDEVICES[+CHIP:NODESxDEVICES...]."),
+    global_batch: int = typer.Option(None, "--global-batch", help="Sequences per optimizer step [default: one per "
+                                     "device]."),
     seq_len: int = typer.Option(None, "--seq-len", help="Sequence length [default: the model's]."),
     precision: Precision = typer.Option(Precision.bf16, "--precision", help=PRECISION_HELP),
     top: int = typer.Option(1, "--top", min=1, help="How many plans to print."),
-    out: Path = typer.Option(None, "--out", help="Write the best plan here (.yaml/.yml, or .json)."),
+    out: Path = typer.Option(None, "--out", metavar="FILE", help="Write the best plan here (.yaml/.yml, or .json) "
+                             "[default: no file]."),
     fmt: Fmt = typer.Option(Fmt.table, "--format", help=FORMAT_HELP),
-    time_limit: float = typer.Option(None, "--time-limit", help="Stop the search after this many seconds "
-                                     "(reports FEASIBLE and the optimality gap)."),
-    max_tp: int = typer.Option(None, "--max-tp", help="[default: devices per node]"),
-    max_pp: int = typer.Option(None, "--max-pp", help="[default: layers]"),
+    time_limit: float = typer.Option(None, "--time-limit", metavar="SECONDS", help="Stop the search after this "
+                                     "many seconds (reports FEASIBLE and the optimality gap) [default: no limit]."),
+    max_tp: int = typer.Option(None, "--max-tp", help="Largest tensor parallel size to try (TP stays within a "
+                               "node) [default: devices per node]."),
+    max_pp: int = typer.Option(None, "--max-pp", help="Largest pipeline parallel size (stages) to try [default: "
+                               "the model's layers]."),
     max_cp: int = typer.Option(None, "--max-cp", help="Largest context parallel size to try [default: no cap]."),
     max_micro_batch: int = typer.Option(16, "--max-micro-batch", help="Largest micro-batch (sequences) to try."),
     max_memory_frac: float = typer.Option(MAX_MEMORY_FRAC, "--max-memory-frac", help="Fraction of device memory a plan may use."),
@@ -61,38 +67,43 @@ def plan(
                                         "train --tokens: devices used x price per device-hour x hours; idle "
                                         "devices are not paid)."),
     tokens: float = typer.Option(None, "--tokens", help="Tokens to train: report time and cost to train them "
-                                 "(needed by --objective time|cost), e.g. 3e11."),
-    price: list[str] = typer.Option(None, "--price", help="CHIP=USD per device-hour (a chip id or a group name), "
-                                    "repeatable; overrides the topology's and the chip file's price."),
+                                 "(needed by --objective time|cost), e.g. 3e11 [default: not reported]."),
+    price: list[str] = typer.Option(None, "--price", metavar="CHIP=USD", help="USD per device-hour of a chip id "
+                                    "or a group name, repeatable; overrides the topology's and the chip file's "
+                                    "price [default: the topology's, else the chip file's]."),
     runtime: Runtime = RuntimeOpt,
-    tp: int = typer.Option(None, "--tp", help="Pin tensor parallel size."),
-    pp: int = typer.Option(None, "--pp", help="Pin pipeline parallel size."),
-    dp: int = typer.Option(None, "--dp", help="Pin data parallel size."),
-    cp: int = typer.Option(None, "--cp", help="Pin context parallel size."),
-    ep: int = typer.Option(None, "--ep", help="Pin expert parallel size (MoE models)."),
-    etp: int = typer.Option(None, "--etp", help="Pin expert tensor parallel size (MoE models)."),
+    tp: int = typer.Option(None, "--tp", help="Pin tensor parallel size [default: searched]."),
+    pp: int = typer.Option(None, "--pp", help="Pin pipeline parallel size [default: searched]."),
+    dp: int = typer.Option(None, "--dp", help="Pin data parallel size [default: searched]."),
+    cp: int = typer.Option(None, "--cp", help="Pin context parallel size [default: searched]."),
+    ep: int = typer.Option(None, "--ep", help="Pin expert parallel size (MoE models) [default: searched]."),
+    etp: int = typer.Option(None, "--etp", help="Pin expert tensor parallel size (MoE models) [default: searched]."),
     zero: int = typer.Option(None, "--zero", min=0, max=3, help="Pin the ZeRO stage (0-3; 1 = distributed "
-                             "optimizer)."),
-    micro_batch: int = typer.Option(None, "--micro-batch", help="Pin the micro-batch (sequences)."),
-    vpp: int = typer.Option(None, "--vpp", help="Pin model chunks per device (interleaved 1F1B; 1 = none)."),
+                             "optimizer) [default: searched]."),
+    micro_batch: int = typer.Option(None, "--micro-batch", help="Pin the micro-batch (sequences) [default: "
+                                    "searched]."),
+    vpp: int = typer.Option(None, "--vpp", help="Pin model chunks per device (interleaved 1F1B; 1 = none) "
+                            "[default: searched]."),
     first_stage_layers: int = typer.Option(None, "--first-stage-layers",
-                                           help="Pin the first stage's transformer layers (uneven split)."),
+                                           help="Pin the first stage's transformer layers (uneven split) [default: "
+                                           "searched]."),
     last_stage_layers: int = typer.Option(None, "--last-stage-layers",
-                                          help="Pin the last stage's transformer layers (uneven split)."),
+                                          help="Pin the last stage's transformer layers (uneven split) [default: "
+                                          "searched]."),
     account_for_embedding: bool = typer.Option(None, "--account-for-embedding/--no-account-for-embedding",
-                                               help="Pin: count the embedding as a pipeline layer (Megatron).",
-                                               show_default=False),
+                                               help="Pin: count the embedding as a pipeline layer (Megatron) "
+                                               "[default: searched].", show_default=False),
     account_for_loss: bool = typer.Option(None, "--account-for-loss/--no-account-for-loss",
-                                          help="Pin: count the output layer and loss as a pipeline layer (Megatron).",
-                                          show_default=False),
+                                          help="Pin: count the output layer and loss as a pipeline layer (Megatron) "
+                                          "[default: searched].", show_default=False),
     recompute: Recompute = typer.Option(None, "--recompute", help="Pin activation recomputation: none, selective "
                                         "or full [default: search selective and full]."),
     sequence_parallel: bool = typer.Option(None, "--sequence-parallel/--no-sequence-parallel",
                                            help="Pin sequence parallelism [default: on when tp > 1]."),
     attention: Attention = typer.Option(Attention.flash, "--attention", help=ATTENTION_HELP),
-    exclude: list[str] = typer.Option(None, "--exclude", help="Nodes not to use (broken or reserved): GROUP:INDEX or "
-                                      "GROUP:FIRST-LAST, as in a plan's placement and `replan --drop`; comma- or "
-                                      "space-separated, repeatable."),
+    exclude: list[str] = typer.Option(None, "--exclude", metavar="NODES", help="Nodes not to use (broken or "
+                                      "reserved): GROUP:INDEX or GROUP:FIRST-LAST, as in a plan's placement and "
+                                      "`replan --drop`; comma- or space-separated, repeatable [default: none]."),
     catalog: list[str] = CatalogOpt,
     profile: list[Path] = ProfileOpt,
 ) -> None:
@@ -100,7 +111,7 @@ def plan(
     On one chip group, plans may use fewer nodes than the cluster has when that is faster (cheaper with
     --objective cost) or the only way (search/partial.py); the idle devices are reported, with why."""
     from baige_plan.io.plans import chip_docs_from_catalog, dumps, format_for, plan_doc, plans_doc
-    from baige_plan.io.render_plans import print_tables, ranking_table
+    from baige_plan.io.render_plans import print_tables, ranking_tables
     from baige_plan.search.partial import parse_exclude, search_partial, why_none
     from baige_plan.search.ranking import TIE_POOL
     from baige_plan.search.space import Bounds, Pins
@@ -244,7 +255,7 @@ def plan(
         part = "" if pr.nodes == cl.groups[0].nodes else f", {pr.nodes} of its {cl.groups[0].nodes} nodes"
         title = (f"{m.name} on {cl.name}{part} (global batch {job.global_batch}, seq {job.seq_len}, {job.precision}): "
                  f"{len(shown)} best of {res.candidates:,}")
-        tables = [ranking_table(doc["plans"], title, idle, notes=_notes(doc, _none_why(m, pr.cluster, job)))]
+        tables: list = [ranking_tables(doc["plans"], title, idle, notes=_notes(doc, _none_why(m, pr.cluster, job)))]
         if tokens is not None:
             from baige_plan.cli.whatif import training_table
             tables.append(training_table([d["training"] for d in doc["plans"]], tokens))

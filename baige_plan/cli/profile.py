@@ -25,13 +25,16 @@ def profile(
     quick: bool = typer.Option(False, "--quick", help="Smaller GEMM grid and fewer message sizes."),
     base: str = typer.Option("h100-sxm5-80g", "--base", callback=no_dash, help="Datasheet chip (catalog id or file) whose peaks, "
                              "capacities and link rates are kept."),
-    catalog: list[str] = typer.Option([], "--catalog", callback=no_dash, help="Extra catalog folder (repeatable)."),
-    chip_id: str = typer.Option(None, "--id", callback=no_dash, help="id of the written chip (default: <base id>-profiled)."),
+    catalog: list[str] = typer.Option([], "--catalog", metavar="DIR", callback=no_dash, help="Extra catalog folder "
+                                      "(repeatable) [default: none]."),
+    chip_id: str = typer.Option(None, "--id", callback=no_dash, help="id of the written chip [default: <base "
+                                "id>-profiled]."),
     refit: Path = typer.Option(None, "--refit", callback=json_file, help="Fit and write from an existing .raw.json (no torch, "
-                               "no GPU)."),
+                               "no GPU) [default: measure]."),
     model: str = typer.Option(None, "--model", callback=no_dash, help="Measure this model's per-layer profile instead of a chip file "
                               "(baige-plan/profile/v1: forward/backward time and memory per layer by tp and "
-                              "micro-batch, embedding, logits, optimizer), for plan/evaluate --profile."),
+                              "micro-batch, embedding, logits, optimizer), for plan/evaluate --profile "
+                              "[default: a chip file]."),
     seq_len: int = typer.Option(None, "--seq-len", help="With --model: sequence length [default: the model's]."),
     precision: str = typer.Option("bf16", "--precision", callback=no_dash, help="With --model: bf16, fp16 or fp32 (TF32 matmuls)."),
     tp: str = typer.Option("1,2", "--tp", callback=tp_list, help="With --model: tensor-parallel sizes, emulated on one GPU by "
@@ -45,9 +48,9 @@ def profile(
     reps: int = typer.Option(10, "--reps", min=1, help="With --model: timed iterations (median)."),
     name: str = typer.Option(None, "--name", callback=no_dash, help="With --model: profile name [default: MODEL@CHIP-PRECISION]."),
 ) -> None:
-    r"""Measure GEMM efficiency, HBM bandwidth and collective bus bandwidth; write a chip file.
+    """Measure GEMM efficiency, HBM bandwidth and collective bus bandwidth; write a chip file.
 
-    Needs the optional extra: pip install 'baige-plan\[profile]' (adds torch).
+    Needs the optional extra: pip install 'baige-plan[profile]' (adds torch).
     """
     from baige_plan.errors import InputError
     from baige_plan.io.outfile import check_target

@@ -14,10 +14,11 @@ from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
 from baige_plan.specs.topology import ClusterSpec
 
-ProfileOpt = typer.Option(None, "--profile", help="Measured per-layer profile (baige-plan/profile/v1, written by "
-                          "`baige-plan profile --model`); repeatable. Groups of its chip use its forward/backward, "
-                          "activation and optimizer numbers where it has the strategy's (tp, micro-batch, "
-                          "recompute), the analytical model elsewhere.")
+ProfileOpt = typer.Option(None, "--profile", metavar="FILE", help="Measured per-layer profile "
+                          "(baige-plan/profile/v1, written by `baige-plan profile --model`); repeatable. Groups of "
+                          "its chip use its forward/backward, activation and optimizer numbers where it has the "
+                          "strategy's (tp, micro-batch, recompute), the analytical model elsewhere [default: none: "
+                          "analytical].")
 
 
 def apply_profiles(cluster: ClusterSpec, files: list[Path] | None, model: ModelSpec, job: JobSpec) -> ClusterSpec:

@@ -21,7 +21,8 @@ from baige_plan.cli.common import (
 from baige_plan.errors import InputError, SpecError
 
 NODE_HELP = ("Lost node(s), repeatable: GROUP:INDEX as numbered in the plan's placement (group and node of each "
-             "rank, e.g. gpu:17), GROUP:FIRST-LAST, or GROUP for all its nodes (a whole chip family).")
+             "rank, e.g. gpu:17), GROUP:FIRST-LAST, or GROUP for all its nodes (a whole chip family) "
+             "[default: none].")
 
 
 def _max_loss(text: str) -> float:
@@ -53,20 +54,24 @@ def _adds(cat, specs: list[str]):
 
 
 def replan(
-    plan: Path = typer.Argument(..., help="Plan file written by `plan --out` (self-contained)."),
-    drop: list[str] = typer.Option(None, "--drop", help=NODE_HELP),
-    drop_count: list[str] = typer.Option(None, "--drop-count", help="GROUP:N: lose N nodes of GROUP, the least "
+    plan: Path = typer.Argument(..., metavar="PLAN", help="Plan file written by `plan --out` (self-contained)."),
+    drop: list[str] = typer.Option(None, "--drop", metavar="NODES", help=NODE_HELP),
+    drop_count: list[str] = typer.Option(None, "--drop-count", metavar="GROUP:N", help="GROUP:N: lose N nodes of GROUP, the least "
                                          "disruptive ones (nodes hosting no rank first, then the nodes of the last "
-                                         "data-parallel replicas, highest index first); repeatable."),
-    add: list[str] = typer.Option(None, "--add", help="CHIP:NODESxDEVICES: add nodes (to the group of that chip and "
-                                  "node size, numbered after its last node; else a new group); repeatable."),
-    drop_bridge: list[str] = typer.Option(None, "--drop-bridge", help="Two group names, A and B written as "
-                                          "'A:B': they can no longer talk, no plan crosses between them; repeatable."),
+                                         "data-parallel replicas, highest index first); repeatable [default: none]."),
+    add: list[str] = typer.Option(None, "--add", metavar="CHIP:NODESxDEVICES", help="Add nodes (to the group of "
+                                  "that chip and node size, numbered after its last node; else a new group); "
+                                  "repeatable [default: none]."),
+    drop_bridge: list[str] = typer.Option(None, "--drop-bridge", metavar="A:B", help="Two group names, A and B "
+                                          "written as 'A:B': they can no longer talk, no plan crosses between them; "
+                                          "repeatable [default: none]."),
     max_loss: str = typer.Option("3%", "--max-loss", help="Keep the plan that moves the fewest bytes among those "
                                  "within this throughput loss of the fastest fresh plan (fraction or percent)."),
-    out: Path = typer.Option(None, "--out", help="Write the new plan here (.yaml/.yml, or .json)."),
+    out: Path = typer.Option(None, "--out", metavar="FILE", help="Write the new plan here (.yaml/.yml, or .json) "
+                             "[default: no file]."),
     fmt: Fmt = typer.Option(Fmt.table, "--format", help=FORMAT_HELP),
-    time_limit: float = typer.Option(None, "--time-limit", help="Seconds for the searches (default 10)."),
+    time_limit: float = typer.Option(None, "--time-limit", metavar="SECONDS", help="Seconds for the searches "
+                                     "[default: 10]."),
     catalog: list[str] = CatalogOpt,
 ) -> None:
     """Re-plan after failures: keep ranks on their stage and layers where the throughput allows; report the
@@ -122,10 +127,26 @@ def replan(
     if out is not None:
         note(f"wrote {out}")
     rep = report_doc(res, old.estimate.tokens_per_s, out)
+    # each plan as the one estimate object (README "JSON shapes"): the new plan's as its file holds it
+    rep["old"]["estimate"] = _estimate(old.estimate, old.model, old.job)
+    rep["new"]["estimate"] = doc["estimate"]
+    if rep["fresh"] is not None and res.fresh is not None:
+        rep["fresh"]["estimate"] = _estimate(res.fresh.estimate, old.model, old.job)
     if fmt is Fmt.table:
         _tables(rep)
     else:
         typer.echo(dumps(rep, fmt.value), nl=False)
+
+
+def _estimate(e, model, job) -> dict:
+    """The estimate JSON (SPEC §3) of `e`, with its step-time band when the band table reads."""
+    from baige_plan.io.bands import band_for
+    from baige_plan.io.serialize import estimate_dict
+    try:
+        band = band_for(e.step_time_s, model, job, e.strategy)
+    except (InputError, OSError):
+        band = None
+    return estimate_dict(e, band)
 
 
 def _tables(rep: dict) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from baige_plan.cli.common import CatalogOpt, err, progress_line
+from baige_plan.cli.common import CatalogOpt, Fmt, err, progress_line
 from baige_plan.errors import InputError, SpecError
 from baige_plan.io.catalog import Catalog
 from baige_plan.io.yamlio import read_document
@@ -48,24 +48,33 @@ def _check_one(path: Path, cat: Catalog, step=None) -> str:
                      "profile or a runs file with rows:)")
 
 
-def validate(files: list[Path] = typer.Argument(..., help="Files to check."), catalog: list[str] = CatalogOpt) -> None:
-    """Check each file against its schema; print one line per problem and exit 2 if any."""
+def validate(files: list[Path] = typer.Argument(..., metavar="FILE", help="Files to check: chip, model, topology, "
+                                                "plan, profile, runs or Hugging Face config.json files."),
+             fmt: Fmt = typer.Option(Fmt.table, "--format", help="Output: table (one `ok FILE (kind)` line per "
+                                     "good file), json or yaml (one document on stdout: every file, ok or not)."),
+             catalog: list[str] = CatalogOpt) -> None:
+    """Check each file against its schema; print one line per problem (stderr) and exit 2 if any."""
     bad = 0
     try:
         cat = Catalog.create(catalog or [])
     except InputError as e:
         err(str(e))
         raise typer.Exit(2) from None
+    results = []
     for f in files:
         try:
             with progress_line(f"validating {f}") as prog:     # on stderr after a second; never with --quiet
                 kind = _check_one(f, cat, lambda text: prog.update(f"validating {text}"))
-            typer.echo(f"ok  {f} ({kind})")
-        except InputError as e:
+            results.append({"file": str(f), "ok": True, "kind": kind, "error": None})
+            if fmt is Fmt.table:
+                typer.echo(f"ok  {f} ({kind})")
+        except (InputError, SpecError) as e:
             bad += 1
-            err(str(e))
-        except SpecError as e:
-            bad += 1
-            err(f"{f}: {e.field}: {e.reason}")
+            msg = str(e) if isinstance(e, InputError) else f"{f}: {e.field}: {e.reason}"
+            err(msg)
+            results.append({"file": str(f), "ok": False, "kind": None, "error": msg})
+    if fmt is not Fmt.table:
+        from baige_plan.io.plans import dumps
+        typer.echo(dumps({"schema": "baige-plan/validate/v1", "ok": not bad, "files": results}, fmt.value), nl=False)
     if bad:
         raise typer.Exit(2)

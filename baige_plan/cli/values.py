@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +30,15 @@ from baige_plan.limits import (
 )
 
 try:        # typer >= 0.20 vendors click as typer._click
+    from typer._click import _textwrap as _tw
+    from typer._click import core as _core
     from typer._click import exceptions as _cx
+    from typer._click import formatting as _fmt
 except ImportError:  # pragma: no cover - older typer on click
+    import click._textwrap as _tw
+    import click.core as _core
     import click.exceptions as _cx
+    import click.formatting as _fmt
 
 PROG = "baige-plan"
 
@@ -105,9 +112,11 @@ def plan_file(ctx, param, value):
     plan file as validate does. InputError (file, field, reason) otherwise: one line, exit 2."""
     if value is None or ctx.resilient_parsing:
         return value
+    from baige_plan.cli.common import progress_line
     from baige_plan.io.plan_check import validate_plan_file
 
-    validate_plan_file(value)
+    with progress_line(f"checking {value}") as prog:     # a plan of 16k devices takes seconds: on stderr after 1 s
+        validate_plan_file(value, step=lambda text: prog.update(f"checking {text}"))
     return value
 
 
@@ -198,9 +207,45 @@ def _raw_value(args: list[str], opts: list[str]) -> str | None:
     return found
 
 
+class _WholeWords(_tw.TextWrapper):
+    def __init__(self, *args, **kwargs):
+        kwargs["break_on_hyphens"] = False
+        super().__init__(*args, **kwargs)
+
+
+@contextmanager
+def _whole_words():
+    real = _tw.TextWrapper
+    _tw.TextWrapper = _WholeWords       # click's wrap_text imports it at each call
+    try:
+        yield
+    finally:
+        _tw.TextWrapper = real
+
+
+class HelpFormatter(_fmt.HelpFormatter):
+    """click's plain help formatter (the app has no rich markup: "[default: ...]" and "[plot]" are text),
+    wrapping at spaces only: an option name (--decoder-first-pipeline-num-layers) or an install hint
+    (pip install 'baige-plan[plot]') is never split at a hyphen."""
+
+    def write_text(self, text: str) -> None:
+        with _whole_words():
+            super().write_text(text)
+
+    def write_dl(self, rows, col_max: int = 30, col_spacing: int = 2) -> None:
+        with _whole_words():
+            super().write_dl(rows, col_max, col_spacing)
+
+
+class HelpContext(_core.Context):
+    formatter_class = HelpFormatter
+
+
 class CheckedCommand(TyperCommand):
     """A command whose number options are checked against the rules above once parsed, and whose
     catalog environment (BAIGE_PLAN_CATALOG, --catalog) must name folders."""
+
+    context_class = HelpContext
 
     def parse_args(self, ctx, args: list[str]) -> list[str]:
         from baige_plan.io.catalog import check_roots
@@ -261,6 +306,8 @@ _NO_ARGS = getattr(_cx, "NoArgsIsHelpError", ())
 class OneLineGroup(TyperGroup):
     """The app: usage errors are one line on stderr, exit 2; bad input escaping a command is one line,
     exit 2; help and the exit codes of the commands are unchanged."""
+
+    context_class = HelpContext
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         if not standalone_mode:

@@ -30,14 +30,17 @@ PAYS_FOR = "every device of a mix is rented and paid for the hours it trains, ev
 
 
 def whatif(
-    model: str = typer.Argument(..., help="Built-in model name, model YAML, or Hugging Face config.json."),
-    pool: list[str] = typer.Option(None, "--pool", help="CHIP:MAX_DEVICES[:USD_PER_DEVICE_HOUR], repeatable: a chip "
-                                   "you can rent, at most MAX_DEVICES of it, at this price (default: the chip "
-                                   "file's price)."),
+    model: str = typer.Argument(..., metavar="MODEL", help="Built-in model name, model YAML, or Hugging Face "
+                                "config.json."),
+    pool: list[str] = typer.Option(None, "--pool", metavar="CHIP:MAX_DEVICES[:USD]", help="Repeatable: a chip you "
+                                   "can rent, at most MAX_DEVICES of it, at USD per device-hour [default: USD from "
+                                   "the chip file]."),
     global_batch: int = typer.Option(..., "--global-batch", help="Sequences per optimizer step."),
     tokens: float = typer.Option(..., "--tokens", help="Tokens to train, e.g. 3e11."),
-    deadline: float = typer.Option(None, "--deadline", help="Finish within this many hours, at the lowest cost."),
-    budget: float = typer.Option(None, "--budget", help="Spend at most this many USD, finishing earliest."),
+    deadline: float = typer.Option(None, "--deadline", metavar="HOURS", help="Finish within this many hours, at "
+                                   "the lowest cost [default: none; give this or --budget]."),
+    budget: float = typer.Option(None, "--budget", metavar="USD", help="Spend at most this many USD, finishing "
+                                 "earliest [default: none; give this or --deadline]."),
     seq_len: int = typer.Option(None, "--seq-len", help="Sequence length [default: the model's]."),
     precision: Precision = typer.Option(Precision.bf16, "--precision", help=PRECISION_HELP),
     max_memory_frac: float = typer.Option(MAX_MEMORY_FRAC, "--max-memory-frac", help="Fraction of device memory a plan may use."),
@@ -88,7 +91,8 @@ def whatif(
     if fmt is Fmt.table:
         title = (f"{m.name}: {tokens:,.0f} tokens, global batch {job.global_batch}, seq {job.seq_len}, "
                  f"{job.precision}; {what}")
-        _console().print(_table(w, title, top))
+        from baige_plan.io.render import print_tables
+        print_tables([_table(w, title, top)])
     else:
         from baige_plan.io.plans import dumps
         typer.echo(dumps(_doc(w, m.name, job, tokens, deadline, budget), fmt.value), nl=False)
@@ -103,11 +107,6 @@ def whatif(
         raise typer.Exit(1)
     b = w.best
     note(f"best: {b.mix} ({b.devices} devices): {b.hours:,.2f} h, ${b.usd:,.2f}")
-
-
-def _console():
-    from baige_plan.io.render_plans import _console
-    return _console()
 
 
 def _table(w, title: str, top: int) -> Table:

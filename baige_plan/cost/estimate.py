@@ -47,6 +47,7 @@ from baige_plan.cost.memory import (
 )
 from baige_plan.cost.moe import (
     TE_GROUPED_MLP_RUNTIMES,
+    ep_node_split,
     expert_gemm_kind,
     host_bound_moe_layer_s,
     host_factor,
@@ -227,13 +228,15 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
     `meas`: a measured profile of this layer (specs/profile.py) whose forward/backward/recompute compute
     seconds and stored activation bytes replace the analytical ones where present; communication,
     FLOPs and parameters stay analytical. The compute parts are returned as lf, lb and rc (recompute)."""
-    tp_link, cp_link, ep_link, etp_link = links
+    tp_link, cp_link, ep_link, etp_link = links[:4]
+    ep_split = links[4] if len(links) > 4 else None     # cost/moe.py EpNodeSplit: an EP group across nodes
     act_bytes = r.act_bytes
     fwd = bwd = rec = comp = tp_t = ep_t = cp_t = hw_flops = 0.0
     dense_p = expert_p = act = act_layer_full = 0.0
     lin, att = _gemm_set(model, s, seq, moe)
     # MoE: the layer's extra terms (cost/moe.py); the busiest EP rank sets the pace (mt.load)
-    mt = moe_layer_terms(model, s, r, tokens, ep_link, etp_link, lin) if moe and model.moe is not None else None
+    mt = moe_layer_terms(model, s, r, tokens, ep_link, etp_link, lin, ep_split) if moe and model.moe is not None \
+        else None
     load = mt.load if mt is not None else 1.0
     g_f = sum(gemm_time_s(g, r) * (load if g.name.startswith("expert_") else 1.0) for g in lin)
     a_f = sum(gemm_time_s(g, r) for g in att)
@@ -357,8 +360,11 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
         tp_t += t_tp_rc
         cp_t += t_cp_f
         hw_flops += 3 * layer_hw + sum(g.flops for g in redo)
-    elif s.recompute == "selective" and std:
-        rc = meas.recompute_s if timed else core_f
+    elif s.recompute == "selective" and (std or r.chip.family in runtimes.get(s.runtime).selective_attention_recompute):
+        # the checkpointed attention core runs again in the backward: standard attention (Korthikanti 2022
+        # Sec. 5), or a fused kernel the runtime checkpoints on this chip family (specs/runtime.py
+        # selective_attention_recompute; runtimes/deepspeed.py: HabanaAI FusedSDPA), whose scores stay on chip
+        rc = meas.recompute_s if timed else (core_f if std else a_f)
         rec += rc
         comp += rc
         hw_flops += 3 * layer_hw + sum(g.flops for g in att)
@@ -449,7 +455,9 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
 
     tp_link = C.group_link(group, s.tp, min(s.tp, dpn))
     cp_link = C.group_link(group, s.cp, _placement_per_node(dpn, s.tp, s.cp))
-    ep_link = C.group_link(group, s.ep, _placement_per_node(dpn, s.etp, s.ep))
+    ep_per_node = _placement_per_node(dpn, s.etp, s.ep)
+    ep_link = C.group_link(group, s.ep, ep_per_node)
+    ep_split = ep_node_split(group, s.ep, ep_per_node) if model.moe is not None else None
     etp_link = C.group_link(group, s.etp, min(s.etp, dpn))
 
     fwd = bwd = rec = 0.0
@@ -470,7 +478,8 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
             continue
         # all dense (all MoE) layers are identical: cost one, multiply
         meas = entry.layer if entry is not None and not moe else None
-        lt = _layer_terms(model, s, r, seq, tokens, sp, std, (tp_link, cp_link, ep_link, etp_link), moe, meas)
+        lt = _layer_terms(model, s, r, seq, tokens, sp, std, (tp_link, cp_link, ep_link, etp_link, ep_split), moe,
+                         meas)
         if moe:
             lt_moe = lt
         src_c.add(label if meas is not None and meas.has_times else ANALYTICAL)
@@ -544,6 +553,15 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
         src_c.add(label if out is not None and out.has_times else ANALYTICAL)
         src_a.add(label if out is not None and out.activation_bytes is not None else ANALYTICAL)
     dense_p += emb_p
+    rt_exec = runtimes.get(s.runtime)
+    if rt_exec.grad_accum is not None:
+        # gradient accumulation the runtime runs outside the weight-gradient GEMM, once per micro-batch over the
+        # parameters the stage holds (specs/runtime.py GradAccum; runtimes/deepspeed.py _grad_accum)
+        ga = rt_exec.grad_accum(job.precision, s.zero, s.pp)
+        if ga.bytes_per_param:
+            t_ga = ga.bytes_per_param * (dense_p + expert_p) / r.hbm_Bps * (1.0 if ga.first else (m - 1) / m)
+            bwd += t_ga
+            comp += t_ga
 
     # Pipeline p2p: each stage boundary sends b*s*h (scatter-gather / SP: /tp) forward and backward.
     pp_t = 0.0
@@ -558,6 +576,17 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
             pp_t += C.p2p_s(msg, next_link) * s.vpp
         fwd += pp_t / 2
         bwd += pp_t / 2
+        if rt_exec.pipe_partitioned and s.tp > 1 and not sp:
+            # the receiver rebuilds the 1/tp it got (PartitionedTensor.full(): zeros, all-gather over TP,
+            # clone; runtimes/deepspeed.py): the input in the forward of a non-first stage, the output and its
+            # gradient in the backward of a non-last stage
+            full = msg * s.tp
+            rebuild = C.all_gather_s(full, tp_link) + 3 * full / r.hbm_Bps
+            f_rb = rebuild if index > 0 else 0.0
+            b_rb = 2 * rebuild if index < s.pp - 1 else 0.0
+            fwd += f_rb
+            bwd += b_rb
+            pp_t += f_rb + b_rb
 
     # Memory: what the runtime allocates (specs/runtime.py MemorySemantics, declared with sources in
     # runtimes/NAME.py; cost/memory.py; docs/COST_MODEL.md "Memory model"). ZeRO shards over the ranks
@@ -749,8 +778,10 @@ def dp_traffic(st: StageCost, group: GroupSpec, s: StrategySpec, job: JobSpec, m
         grads = C.all_reduce_s(dense * gb, link) + C.all_reduce_s(expert * gb, edp_link)
         params = 0.0
     else:
-        # distributed optimizer / ZeRO-1,2: reduce-scatter gradients, all-gather 16-bit params
-        grads = C.reduce_scatter_s(dense * gb, link) + C.reduce_scatter_s(expert * gb, edp_link)
+        # distributed optimizer / ZeRO-1,2: reduce-scatter gradients (DeepSpeed: one all-reduce per bucket,
+        # RuntimeSpec.zero_grad_allreduce), all-gather 16-bit params
+        reduce = C.all_reduce_s if rt.zero_grad_allreduce else C.reduce_scatter_s
+        grads = reduce(dense * gb, link) + reduce(expert * gb, edp_link)
         params = C.all_gather_s(dense * wb, link) + C.all_gather_s(expert * wb, edp_link)
     overlapped = sync.overlap == "backward" and s.overlap_grad_reduce
     return DpTraffic(grads_s=grads, reductions=m if sync.grads == "micro_batch" else 1,

@@ -24,6 +24,13 @@ What depends on the runtime (each from its source):
   GroupedLinear on Hopper issues one cuBLAS GEMM per expert over 4 streams (te_general_grouped_gemm ->
   nvte_multi_stream_cublas_gemm, "for now, we only have multi-stream cublas backend"), whose dgrad + wgrad
   take 2.0x the forward as a dense GEMM's do (the same measurement);
+- the all-to-all of an EP group that spans nodes (`EpNodeSplit`, `all_to_all_across_nodes_s`): each rank's share
+  for ranks on other nodes leaves through its own NIC -- an all-to-all aggregates nothing per node, unlike the
+  hierarchical rings collectives.group_link prices (busbw = min(NVLink, g x NIC)) -- so the NIC part takes
+  S (n-g)/n / NIC while the node's part takes S (g-1)/n over the scale-up link, concurrently;
+- the device time of fp8 quantisation kernels (`QUANT_KERNEL_DEVICE_S`): TE quantises every local expert's GEMM
+  input and output gradient with its own kernels (FP8_QUANT_KERNELS per expert), each taking a fixed device
+  time beyond its bytes, measured on H100 (benchmarks/real/moe_device_pieces.py);
 - the host (`moe_layer_launches`, `host_bound_moe_layer_s`): Megatron-family runtimes issue an MoE layer eagerly,
   TE module calls, eager kernels, per-expert GEMMs and quantisation kernels, NCCL calls, each at its measured host
   cost (execution.LaunchHost), and their dropless dispatchers read the expert counts back once per layer forward
@@ -38,8 +45,10 @@ from baige_plan.cost import collectives as C
 from baige_plan.cost.compute import ChipRates, gemm_time_s, moe_dispatch_bytes
 from baige_plan.cost.execution import LAUNCH_HOST, LaunchHost
 from baige_plan.cost.flops import Gemm, expert_load_factor, tokens_per_expert
+from baige_plan.cost.fp8 import fp8_recipe
 from baige_plan.specs.model import ModelSpec
 from baige_plan.specs.strategy import StrategySpec
+from baige_plan.specs.topology import GroupSpec
 
 MOE_DISPATCHER = "alltoall"   # Megatron-Bridge/NeMo MoE recipes, the megatron export and the harness
 MOE_ROUTER = "balanced"       # exact balance (our harness's router); flops.expert_load_factor
@@ -57,6 +66,14 @@ GROUPED_MM_RUNTIMES = ("torchtitan",)
 # quartiles 2.6-4.5: about 2.2-2.6 at >= 4096 tokens per expert, 4-4.9 where weight-bound); TE's 4-stream
 # cuBLAS loop measured 2.06 (1.61-2.55) on the same points (compute.TE_GEMM_STREAMS).
 GROUPED_MM_BWD_OVER_FWD = 3.3
+# Device seconds each fp8 quantisation kernel takes beyond its bytes at the achievable HBM rate: median over the 40
+# (point, tensor) rows of benchmarks/real/moe_device_pieces_h100.raw.json (1x H100, torch 2.11; 10 expert layouts of
+# Qwen3-30B-A3B / Qwen3-235B-A22B, 4-16 local experts x 512-8192 rows, the fc1/fc2 inputs and output gradients) of
+# (measured per-expert amax + scale + fused cast-transpose, replayed from a CUDA graph, - 6 B x elements / HBM) / 3
+# kernels: 3.74 us (3.47-4.20 us, flat from 0.8 to 17 M elements: a per-kernel cost, not a rate;
+# benchmarks/real/moe_device_pieces_compare.py). TE's own kernels are not on the device machine: the amax there is
+# torch's inf-norm reduction, the cast-transpose a Triton kernel at 2.2-2.6 TB/s.
+QUANT_KERNEL_DEVICE_S = 3.74e-6
 
 
 def expert_gemm_kind(s: StrategySpec) -> str:
@@ -108,27 +125,78 @@ def grouped_mm_bwd_extra_s(expert_gemms: list[Gemm], r: ChipRates, load: float) 
     return (GROUPED_MM_BWD_OVER_FWD - 2.0) * fwd * load
 
 
+@dataclass(frozen=True)
+class EpNodeSplit:
+    """An EP group whose n ranks span nodes, `per_node` of them on each: the scale-up link among a node's ranks and
+    the per-device NIC link (every device of the node sending at once, collectives.nic_p2p_link)."""
+
+    per_node: int
+    intra: C.Link
+    nic: C.Link
+
+
+def ep_node_split(group: GroupSpec, ep: int, per_node: int) -> EpNodeSplit | None:
+    """The node split of an EP group of `ep` ranks placed `per_node` per node of `group`; None inside one node."""
+    if ep <= 1 or per_node >= ep:
+        return None
+    return EpNodeSplit(per_node, C.group_link(group, per_node, per_node),
+                       C.nic_p2p_link(group, per_node=group.devices_per_node))
+
+
+def all_to_all_across_nodes_s(size_bytes: float, n: int, split: EpNodeSplit) -> float:
+    """All-to-all of `size_bytes` per rank (S) over n ranks, g = split.per_node per node: NCCL sends to every peer at
+    once, the node's g - 1 peers over the scale-up link and the n - g others through the rank's own NIC (a node's g
+    ranks have g NICs and g x S (n-g)/n bytes to send off the node: no per-node aggregation to gain, PXN only picks
+    the rail), so t = max(all_to_all of S g/n among the node's g ranks, S (n-g)/n through the NIC)."""
+    g = split.per_node
+    intra = C.all_to_all_s(size_bytes * g / n, split.intra)
+    inter = C.p2p_s(size_bytes * (n - g) / n, split.nic)
+    return max(intra, inter)
+
+
 def moe_dispatch_comm_s(model: ModelSpec, tokens: float, tp: int, ep: int, etp: int, act_bytes: int,
                         ep_link: C.Link, etp_link: C.Link, dispatcher: str = MOE_DISPATCHER,
-                        tp_ep_link: C.Link | None = None) -> float:
+                        tp_ep_link: C.Link | None = None, ep_split: EpNodeSplit | None = None) -> float:
     """Token-dispatch communication of one MoE layer on one device per pass (forward; the backward
     sends the gradients the same way), Megatron-core token_dispatcher.py:
     - "alltoall" (MoEAlltoAllTokenDispatcher): dispatch + combine all-to-all over the ep group of the
       rank's A = (tokens/tp) * top_k routed tokens (x etp after the expert-TP gather), h x b bytes each:
           2 x all_to_all(A*etp*h*b)        (ep > 1)
-      plus the expert-TP all-gather (dispatch) and reduce-scatter (combine) of the same bytes (etp > 1).
+      (an ep group across nodes, `ep_split`: all_to_all_across_nodes_s), plus the expert-TP all-gather
+      (dispatch) and reduce-scatter (combine) of the same bytes (etp > 1).
       ep = etp = 1 moves nothing: the local experts are looped/grouped in place.
     - "allgather" (MoEAllGatherTokenDispatcher): all-gather over the tp x ep group of every rank's
       N = tokens/tp unrouted tokens (h x b), of the N x E fp32 probabilities and the bool routing map,
       then a reduce-scatter of the combined output, cast to the fp32 probs dtype:
           all_gather(tp*ep*N*(h*b + 5E)) + reduce_scatter(tp*ep*N*h*4)      (tp*ep > 1)
+    - "flex" (MoEFlexTokenDispatcher with DeepEP normal kernels or HybridEP): inside a node as "alltoall"; across
+      nodes a token is sent once to each other node holding any of its k experts and forwarded over the scale-up
+      link there (DeepEP docs/legacy.md: NVLink-to-RDMA forwarding), so the NIC carries N*etp*h*b x
+      remote_nodes_per_token (k experts uniform over E: (nodes-1) (1 - C(E - E/nodes, k) / C(E, k)); Qwen3 EP32 over
+      4 nodes 2.72 copies of a token where "alltoall" sends 6); the scale-up link at most every routed copy once.
+      StrategySpec.moe_dispatcher selects it (runs rows: "flex dispatcher" in their recipe; io/runs.py).
     """
     e = model.moe
     assert e is not None
     n = tokens / tp
     routed = n * e.top_k * model.hidden * act_bytes
     if dispatcher == "alltoall":
-        t = 2 * C.all_to_all_s(routed * etp, ep_link) if ep > 1 else 0.0
+        t = 0.0
+        if ep > 1:
+            t = 2 * (all_to_all_across_nodes_s(routed * etp, ep, ep_split) if ep_split is not None
+                     else C.all_to_all_s(routed * etp, ep_link))
+        if etp > 1:
+            t += 2 * C.all_gather_s(routed * etp, etp_link)
+        return t
+    if dispatcher == "flex":
+        t = 0.0
+        if ep > 1 and ep_split is None:
+            t = 2 * C.all_to_all_s(routed * etp, ep_link)
+        elif ep > 1:
+            nodes = ep / ep_split.per_node
+            inter = C.p2p_s(n * etp * model.hidden * act_bytes * remote_nodes_per_token(e.experts, e.top_k, nodes),
+                            ep_split.nic)
+            t = 2 * max(C.all_to_all_s(routed * etp, ep_split.intra), inter)
         if etp > 1:
             t += 2 * C.all_gather_s(routed * etp, etp_link)
         return t
@@ -139,7 +207,20 @@ def moe_dispatch_comm_s(model: ModelSpec, tokens: float, tp: int, ep: int, etp: 
         link = tp_ep_link if tp_ep_link is not None else ep_link
         return (C.all_gather_s(g * n * (model.hidden * act_bytes + 5 * e.experts), link)
                 + C.reduce_scatter_s(g * n * model.hidden * 4, link))
-    raise ValueError(f"unknown MoE dispatcher {dispatcher!r}: alltoall | allgather")
+    raise ValueError(f"unknown MoE dispatcher {dispatcher!r}: alltoall | allgather | flex")
+
+
+def remote_nodes_per_token(experts: int, top_k: int, nodes: float) -> float:
+    """Expected number of other nodes holding at least one of a token's top_k experts, the k drawn uniformly
+    without replacement from `experts` spread evenly over `nodes` nodes (random force-balanced routing):
+    (nodes - 1) x (1 - C(E - E/nodes, k) / C(E, k))."""
+    if nodes <= 1:
+        return 0.0
+    per_node = experts / nodes
+    miss = 1.0
+    for i in range(top_k):
+        miss *= max(0.0, experts - per_node - i) / (experts - i)
+    return (nodes - 1) * (1.0 - miss)
 
 
 @dataclass(frozen=True)
@@ -149,7 +230,9 @@ class MoeLayerTerms:
     load: the busiest EP rank's expert load over the mean (scales the expert GEMMs and the all-to-alls);
     dispatch_fwd_s / dispatch_bwd_s: routing + token permutation of the fused dispatcher, and the fp8 row
     padding of TE's grouped GEMMs, as HBM seconds (compute.moe_dispatch_bytes + fp8_padding_bytes, over the
-    achievable HBM rate; eager execution replaces the layer's memory-bound time with its measured traffic);
+    achievable HBM rate; eager execution replaces the layer's memory-bound time with its measured traffic), plus
+    the fixed device time of TE's per-expert fp8 quantisation kernels (fp8_quant_kernels x QUANT_KERNEL_DEVICE_S;
+    their bytes are charged with every GEMM input's in cost/estimate.py);
     ep_s: the token-dispatch communication of one pass, x load; expert_bwd_extra_s: backward seconds of
     torch._grouped_mm experts beyond 2 x their forward (grouped_mm_bwd_extra_s; 0 for other runtimes)."""
 
@@ -160,23 +243,38 @@ class MoeLayerTerms:
     expert_bwd_extra_s: float = 0.0
 
 
+def fp8_quant_kernels(model: ModelSpec, s: StrategySpec, recipe: str) -> float:
+    """Quantisation kernels TE launches per pass for one MoE layer's expert GEMMs on one device: the two GroupedLinear
+    inputs (forward) or output gradients (backward) of every local expert (FP8_QUANT_KERNELS per expert and tensor),
+    or one fused multi-cast-transpose per GroupedLinear under delayed scaling (moe_layer_launches counts the same)."""
+    e = model.moe
+    assert e is not None
+    fused = 1.0 if recipe == "delayed" else 0.0
+    return 2.0 * (FP8_QUANT_KERNELS.get(recipe, 0.0) * e.experts / s.ep + fused)
+
+
 def moe_layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, tokens: float,
-                    ep_link: C.Link, etp_link: C.Link, lin: list[Gemm] | None = None) -> MoeLayerTerms:
+                    ep_link: C.Link, etp_link: C.Link, lin: list[Gemm] | None = None,
+                    ep_split: EpNodeSplit | None = None) -> MoeLayerTerms:
     """The MoE layer's extra terms (MoeLayerTerms) for `tokens` = micro_batch x seq / cp on this device;
     `lin`: the layer's weight GEMMs (flops.linear_gemms), whose grouped expert GEMMs set the torch._grouped_mm
-    backward term."""
+    backward term; `ep_split`: the EP group's node split when it spans nodes (ep_node_split)."""
     load = moe_load(model, s, tokens)
     d_f, d_b = moe_dispatch_bytes(model, tokens, s.tp, s.ep, s.etp, r.act_bytes)
+    quant_s = 0.0
     if r.dtype == "fp8" and s.execution != "eager" and s.runtime in TE_GROUPED_MLP_RUNTIMES:
         pad = fp8_padding_bytes(model, tokens, s.tp, s.ep, s.etp, r.act_bytes, moe_router(s.runtime)) * load
         d_f += pad
         d_b += pad
-    t_ep = moe_dispatch_comm_s(model, tokens, s.tp, s.ep, s.etp, r.act_bytes, ep_link, etp_link) * load
+        quant_s = fp8_quant_kernels(model, s, fp8_recipe(s, r.chip)) * QUANT_KERNEL_DEVICE_S
+    dispatcher = s.moe_dispatcher or MOE_DISPATCHER
+    t_ep = moe_dispatch_comm_s(model, tokens, s.tp, s.ep, s.etp, r.act_bytes, ep_link, etp_link, dispatcher,
+                               ep_split=ep_split) * load
     extra = 0.0
     if lin is not None and s.runtime in GROUPED_MM_RUNTIMES:
         extra = grouped_mm_bwd_extra_s(lin, r, load)
-    return MoeLayerTerms(load=load, dispatch_fwd_s=d_f / r.hbm_Bps, dispatch_bwd_s=d_b / r.hbm_Bps, ep_s=t_ep,
-                         expert_bwd_extra_s=extra)
+    return MoeLayerTerms(load=load, dispatch_fwd_s=d_f / r.hbm_Bps + quant_s, dispatch_bwd_s=d_b / r.hbm_Bps + quant_s,
+                         ep_s=t_ep, expert_bwd_extra_s=extra)
 
 
 # ---- Host-bound MoE layers on fused runtimes (docs/COST_MODEL.md §2c "Host-bound MoE layers") ----------------------

@@ -1,4 +1,4 @@
-"""Compare two plan documents (for `diff` and `check`): strategy, pipeline stages, estimate, inputs.
+"""Compare two plan documents (for `diff` and `check`): strategy, pipeline stages, estimate, inputs, placement.
 
 Inputs "that matter" for `check`: the model's architecture (not its name, source or notes), the
 job (batch, sequence length, precision) and the cluster's shape (groups' chips, nodes, devices per
@@ -73,7 +73,8 @@ def input_changes(a: dict, b: dict) -> tuple[list[str], list[str]]:
 
 
 def compare(a: dict, b: dict) -> dict:
-    """Differences A -> B: {"strategy", "stages", "estimate", "inputs", "rows"} (rows: for tables)."""
+    """Differences A -> B: {"strategy", "stages", "estimate", "inputs", "placement", "rows"} (rows: for
+    tables; placement: None when the same, else placement_changes)."""
     rows: list[tuple[str, str, str, str]] = []
     strat = {}
     sa, sb = a.get("strategy", {}), b.get("strategy", {})
@@ -114,8 +115,23 @@ def compare(a: dict, b: dict) -> dict:
         rows.append(("inputs", x, "", "matters"))
     for x in other:
         rows.append(("inputs", x, "", "noted"))
+    place = placement_changes(a.get("placement") or [], b.get("placement") or [])
+    if place is not None:
+        rows.append(("placement", f"{place['a_ranks']} ranks", f"{place['b_ranks']} ranks",
+                     f"{place['moved']} placed differently"))
     return {"strategy": strat, "stages": stages, "estimate": est,
-            "inputs": {"changed": matter, "noted": other}, "rows": rows}
+            "inputs": {"changed": matter, "noted": other}, "placement": place, "rows": rows}
+
+
+def placement_changes(pa: list, pb: list) -> dict | None:
+    """None when the two placements are the same; else {a_ranks, b_ranks, moved}: ranks of each, and the ranks
+    (of those in both) whose device, role or coordinates differ, plus those only one plan has."""
+    if pa == pb:
+        return None
+    ka = {p.get("rank"): p for p in pa if isinstance(p, dict)}
+    kb = {p.get("rank"): p for p in pb if isinstance(p, dict)}
+    moved = sum(1 for r in set(ka) | set(kb) if ka.get(r) != kb.get(r))
+    return {"a_ranks": len(pa), "b_ranks": len(pb), "moved": moved}
 
 
 def regressions(baseline: dict, now: dict, cmp: dict, tolerance: float) -> list[str]:

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
+
+from rich import box
+from rich.cells import cell_len
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -96,7 +103,165 @@ def split_text(s, e: Estimate) -> str:
     return text + (f"; {', '.join(how)}" if how else "")
 
 
-def print_tables(tables: list[Table]) -> None:
-    console = Console(width=max(Console().width, 100), markup=False)   # names from files are text, not markup
+# -- printing tables on stdout: never a cut cell, at any width (issue 19) --------------------------------------
+
+def out_width(prefer: int = 100) -> int:
+    """The width stdout tables are laid out for: COLUMNS when set, else the terminal's width when stdout is a
+    terminal, else `prefer` (piped output: the same bytes whatever terminal the command was started from)."""
+    cols = os.environ.get("COLUMNS", "").strip()
+    if cols.isdigit() and int(cols) >= 20:
+        return int(cols)
+    try:
+        if sys.stdout.isatty():
+            return max(20, shutil.get_terminal_size((prefer, 24)).columns)
+    except (AttributeError, ValueError, OSError):
+        pass
+    return prefer
+
+
+_MEASURE = Console(width=100_000, markup=False, emoji=False, color_system=None)
+
+
+def _cell_range(cell) -> tuple[int, int]:
+    """(longest word, whole cell) in columns: the narrowest a cell wraps to without cutting, and its width."""
+    m = Measurement.get(_MEASURE, _MEASURE.options, cell)
+    return m.minimum, m.maximum
+
+
+WRAP_FROM = 16     # a cell narrower than this (a number, a short label) is never wrapped; headers and text are
+
+
+def _columns(t: Table) -> list[tuple[int, int]]:
+    """Per column (the narrowest it may be, its natural width), cell content only (no padding): headers wrap
+    at spaces, short cells keep their line, longer text wraps at spaces; a no_wrap column keeps its width."""
+    out = []
+    for c in t.columns:
+        heads = ([c.header] if t.show_header else []) + ([c.footer] if t.show_footer else [])
+        ranges = [(*_cell_range(x), True) for x in heads if x not in (None, "")]
+        ranges += [(*_cell_range(x), False) for x in c.cells if x not in (None, "")]
+        if not ranges:
+            out.append((1, 1))
+            continue
+        hi = max(r[1] for r in ranges)
+        lo = max(r[0] if r[2] or r[1] >= WRAP_FROM else r[1] for r in ranges)
+        out.append((hi, hi) if c.no_wrap else (lo, hi))
+    return out
+
+
+def _frame(t: Table) -> int:
+    """Columns a table takes beyond its cells: borders, separators, padding (as rich lays it out)."""
+    n = len(t.columns)
+    extra = (2 if t.box and t.show_edge else 0) + (n - 1 if t.box else 0)
+    _, right, _, left = t.padding
+    for i in range(n):
+        lft, rgt = left, right
+        if not t.pad_edge:
+            lft = 0 if i == 0 else lft
+            rgt = 0 if i == n - 1 else rgt
+        extra += lft + rgt
+    return extra
+
+
+def _squeeze(t: Table, width: int) -> bool:
+    """Fix the columns' widths so `t` fits `width` with every cell wrapped at spaces, none cut: the widest
+    columns give way first, none below its longest word (rich's own collapse may cut a word). False when
+    even the longest words do not fit."""
+    cols = _columns(t)
+    room = width - _frame(t)
+    if sum(hi for _, hi in cols) <= room:
+        return True                                     # natural widths fit: rich wraps nothing
+    if sum(lo for lo, _ in cols) > room:
+        return False
+    w = [hi for _, hi in cols]
+    while sum(w) > room:
+        i = max((j for j in range(len(w)) if w[j] > cols[j][0]), key=lambda j: (w[j], -j))
+        w[i] -= 1
+    for c, x in zip(t.columns, w, strict=True):
+        c.width = x
+    return True
+
+
+def _plain(x) -> str:
+    return " ".join((x.plain if isinstance(x, Text) else str(x if x is not None else "")).split())
+
+
+def _records(t: Table, width: int) -> list[Text]:
+    """The narrow layout of last resort: one record per row, its first cell as the heading, then `header value`
+    pairs packed into indented lines (a pair wider than the line folds, never cut)."""
+    heads = [_plain(c.header) for c in t.columns]
+    cols = [list(c.cells) for c in t.columns]
+    lines: list[Text] = []
+    for r in range(max((len(c) for c in cols), default=0)):
+        cells = [_plain(c[r]) if r < len(c) else "" for c in cols]
+        first = cells[0] if heads[0] in ("", "#") or not t.show_header else f"{heads[0]} {cells[0]}"
+        lines.append(Text(("#" if heads[0] == "#" else "") + first, style="bold"))
+        pairs = [(f"{h} {v}" if h and t.show_header else v) for h, v in zip(heads[1:], cells[1:], strict=True)
+                 if v not in ("",)]
+        line = ""
+        for p in pairs:
+            if line and cell_len(line) + 2 + cell_len(p) > width - 2:
+                lines.append(Text("  " + line))
+                line = ""
+            line = f"{line}  {p}" if line else p
+        if line:
+            lines.append(Text("  " + line))
+    return lines
+
+
+def fit(t: Table, width: int) -> list:
+    """What to print for table `t` at `width` columns, no cell cut: the table as designed (cells wrapped at
+    spaces where needed), else without its box, else without padding, else one record per row."""
+    if _squeeze(t, width):
+        return [t]
+    t.box, t.show_edge, t.pad_edge, t.padding = box.SIMPLE_HEAD, False, False, (0, 1)
+    if _squeeze(t, width):
+        return [t]
+    t.padding = (0, 0)                      # SIMPLE_HEAD still puts one space between columns
+    if _squeeze(t, width):
+        return [t]
+    return _records(t, width)
+
+
+def natural_fits(t: Table, width: int) -> bool:
+    return sum(hi for _, hi in _columns(t)) + _frame(t) <= width
+
+
+class Stdout:
+    """stdout for people: tables laid out for out_width(prefer) with no cell cut (fit), other renderables and
+    strings wrapped at the same width. Markup off: names from user files print as written ("[/x]" is no markup)."""
+
+    def __init__(self, prefer: int = 100):
+        self.width = out_width(prefer)
+        self.console = Console(width=self.width, markup=False, emoji=False)
+
+    def print(self, x="") -> None:
+        """A Table, or a tuple of tables showing the same thing, widest first (the first whose cells fit
+        unwrapped is printed, else the last one fitted); anything else as rich prints it. A table's title and
+        caption print as lines of their own, wrapped at the width, not the table's."""
+        if not isinstance(x, (Table, tuple, list)):
+            self.console.print(x)
+            return
+        alts = list(x) if isinstance(x, (tuple, list)) else [x]
+        t = next((a for a in alts if natural_fits(a, self.width)), alts[-1])
+        title, caption = t.title, t.caption
+        t.title = t.caption = None
+        if title:
+            self.console.print(title if isinstance(title, Text) else Text(str(title), style="italic"))
+        for r in fit(t, self.width):
+            self.console.print(r)
+        if caption:
+            self.console.print(caption if isinstance(caption, Text) else Text(str(caption)))
+
+
+def print_tables(tables: list, prefer: int = 100) -> None:
+    """Print tables (or tuples of alternative layouts) on stdout, no cell cut at any width (Stdout)."""
+    out = Stdout(prefer)
     for t in tables:
-        console.print(t)
+        out.print(t)
+
+
+def print_text(*lines, prefer: int = 100) -> None:
+    """Lines of text on stdout beside print_tables' tables, wrapped at the same width (no markup)."""
+    out = Stdout(prefer)
+    for x in lines:
+        out.print(x)

@@ -12,14 +12,16 @@ from rich.text import Text
 
 
 def _console(stderr: bool = False) -> Console:
-    # markup off: model, cluster, group and file names from user files print as written ("[/x]" is no markup)
-    return Console(width=max(Console(stderr=stderr).width, 100), stderr=stderr, markup=False)
+    """The progress line's console (stderr): the terminal's own width, so a long status never wraps into
+    lines the live display cannot take back. Markup off: names from user files print as written."""
+    return Console(stderr=stderr, markup=False, emoji=False)
 
 
-def print_tables(tables: list[Table]) -> None:
-    c = _console()
-    for t in tables:
-        c.print(t)
+def print_tables(tables: list) -> None:
+    """Tables on stdout, no cell cut at any width (io/render.py print_tables)."""
+    from baige_plan.io.render import print_tables as show
+
+    show(tables)
 
 
 def _s(x: float) -> str:
@@ -49,26 +51,56 @@ def _band(p: dict) -> str:
     return f"{b[0]:.3g}-{b[1]:.3g}" if b else "-"
 
 
+def ranking_tables(plans: list[dict], title: str, idle: list[dict] | None = None,
+                   notes: list[str] | None = None) -> tuple[Table, Table]:
+    """(the ranking table, its narrow layout): print_tables shows the first that fits the width unwrapped. The
+    narrow layout has the strategy in one wrapped cell (cp, ep, vpp only when a plan uses them)."""
+    return ranking_table(plans, title, idle, notes), _ranking_narrow(plans, title, idle, notes)
+
+
+def _caption(idle: list[dict] | None, notes: list[str] | None) -> str | None:
+    cap = "\n".join([f"idle devices: {x['group']} {x['devices']}: {x['why']}" for x in idle or []] + (notes or []))
+    return cap or None
+
+
+def _mark(i: int, p: dict) -> str:
+    g = p.get("tie_group") or 0
+    return f"{i + 1}" + ("" if not p.get("tie") else "~" if g == 1 else f"~{g}")
+
+
+def _ranking_narrow(plans: list[dict], title: str, idle: list[dict] | None, notes: list[str] | None) -> Table:
+    t = Table(title=title, title_justify="left", caption=_caption(idle, notes), caption_justify="left",
+              box=box.SIMPLE_HEAD, padding=0, show_edge=False)
+    used = {k for k in ("cp", "ep", "vpp") if any(p["strategy"][k] != 1 or k in (p.get("equivalent") or {})
+                                                  for p in plans)}
+    for h in ("#", "strategy", "step time", "band s", "MFU", "tokens/s/dev", "peak GiB"):
+        t.add_column(h, justify="left" if h == "strategy" else "right", no_wrap=h not in ("strategy",))
+    for i, p in enumerate(plans):
+        cells = _strat_cells(p["strategy"], p.get("equivalent"))
+        strat = " ".join(f"{h} {c}" for h, c in zip(_STRAT_HEAD, cells, strict=True)
+                         if h not in ("cp", "ep", "vpp") or h in used)
+        t.add_row(_mark(i, p), strat, _s(p["step_time_s"]), _band(p), f"{p['mfu']:.1%}",
+                  f"{p['tokens_per_s_per_device']:,.0f}", f"{p['peak_memory_gib']:.1f}")
+    return t
+
+
 def ranking_table(plans: list[dict], title: str, idle: list[dict] | None = None,
                   notes: list[str] | None = None) -> Table:
     """The plans in the order shown; `idle` ({group, devices, why}: devices the plans leave unused,
     search/partial.py) goes under the table, one "idle devices" line each, then `notes` (the tie rule, the
     published recipe). Ties (search/ranking.py) are marked "~" after the number ("~2": the second tie group);
     equivalent knobs are joined by "|"."""
-    cap = "\n".join([f"idle devices: {x['group']} {x['devices']}: {x['why']}" for x in idle or []] + (notes or []))
     # one space between columns (no padding): the table fits 100 columns; ep only when a plan uses it
-    t = Table(title=title, title_justify="left", caption=cap or None, caption_justify="left", box=box.SIMPLE_HEAD,
-              padding=0)
+    t = Table(title=title, title_justify="left", caption=_caption(idle, notes), caption_justify="left",
+              box=box.SIMPLE_HEAD, padding=0)
     ep = any(p["strategy"]["ep"] != 1 for p in plans)
     keep = [h != "ep" or ep for h in _STRAT_HEAD]
     for h in ["#", *(h for h, k in zip(_STRAT_HEAD, keep, strict=True) if k), "step time", "band s", "MFU",
               "tokens/s/dev", "peak GiB"]:
         t.add_column(h, justify="right" if h != "recompute" else "left")
     for i, p in enumerate(plans):
-        g = p.get("tie_group") or 0
-        mark = "" if not p.get("tie") else "~" if g == 1 else f"~{g}"
         cells = [c for c, k in zip(_strat_cells(p["strategy"], p.get("equivalent")), keep, strict=True) if k]
-        t.add_row(f"{i + 1}{mark}", *cells, _s(p["step_time_s"]), _band(p), f"{p['mfu']:.1%}",
+        t.add_row(_mark(i, p), *cells, _s(p["step_time_s"]), _band(p), f"{p['mfu']:.1%}",
                   f"{p['tokens_per_s_per_device']:,.0f}", f"{p['peak_memory_gib']:.1f}")
     return t
 

@@ -170,6 +170,22 @@ def _moe_host_recipe(row: dict, par: dict, notes: list[str]) -> tuple[bool, str]
     return bool(drop), str(scope or "")
 
 
+def _moe_dispatcher(row: dict, par: dict, notes: list[str]) -> str:
+    """The MoE token dispatcher a row ran (cost/moe.py moe_dispatch_comm_s): `parallel.moe_dispatcher` when given,
+    else its `model.moe.routing` recipe note ("flex dispatcher, DeepEP ...", "DeepEP dispatch": flex; "allgather
+    dispatcher": allgather), else "" (alltoall, the Megatron-Bridge / NeMo recipes' default)."""
+    if par.get("moe_dispatcher"):
+        return str(par["moe_dispatcher"])
+    for u in row.get("unstated") or []:
+        if isinstance(u, dict) and u.get("field") == "model.moe.routing":
+            low = str(u.get("assumed", "")).lower()
+            for name, says in (("flex", "flex dispatcher"), ("flex", "deepep dispatch"), ("allgather", "allgather dispatcher")):
+                if says in low:
+                    notes.append(f"MoE {name} dispatcher from the row's recipe")
+                    return name
+    return ""
+
+
 def _recipe_memory(par: dict, precision: str, runtime: str, zero: int, notes: list[str]) -> tuple[bool, bool, float]:
     """(grad_reduce_bf16, fp8_param_gather, optimizer_bytes_per_param) of a run: the row's
     `parallel.grad_reduce_in_fp32` / `parallel.fp8_param_gather` / `parallel.optimizer_bytes_per_param` when
@@ -397,6 +413,7 @@ def _case(row: dict, rid: str, md: dict, hw: dict, par: dict, notes: list[str], 
                                 **dict(zip(("moe_token_drop", "cuda_graph_scope"),
                                            _moe_host_recipe(row, par, notes) if model.moe is not None else (False, ""),
                                            strict=True)),
+                                moe_dispatcher=_moe_dispatcher(row, par, notes) if model.moe is not None else "",
                                 **dict(zip(("grad_reduce_bf16", "fp8_param_gather", "optimizer_bytes_per_param"),
                                            _recipe_memory(par, _precision(par.get("precision")), runtime,
                                                           _zero(par), notes), strict=True)))

@@ -45,6 +45,8 @@ def strategy_dict(s: StrategySpec, global_batch: int) -> dict:
         d["attention_kernel"] = s.attention_kernel
     if s.fp8_recipe:              # an fp8 scaling recipe other than the chip's default (cost/fp8.py)
         d["fp8_recipe"] = s.fp8_recipe
+    if s.moe_dispatcher:          # a MoE dispatcher named by the user or a run (cost/moe.py)
+        d["moe_dispatcher"] = s.moe_dispatcher
     if s.first_stage_layers is not None:
         d["first_stage_layers"] = s.first_stage_layers
     if s.last_stage_layers is not None:

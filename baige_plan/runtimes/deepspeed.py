@@ -67,6 +67,47 @@ average_tensor one all-reduce per bucket rather than a reduce-scatter):
 - ZeRO-3: parameters fetched per module for every micro-batch's forward and backward (prefetch),
   gradients reduce-scattered in every micro-batch's backward (observed: reduce_scatter_tensor in each
   backward), no post-step all-gather (zero3_gather "micro_batch").
+- ZeRO-1/2 reduce with an all-reduce (RuntimeSpec.zero_grad_allreduce), moving 2(n-1)/n of the gradients,
+  not the (n-1)/n of a reduce-scatter: runtime/zero/stage_1_and_2.py average_tensor with
+  use_multi_rank_bucket_allreduce (default on since DeepSpeed PR #4695, 2023-11) all-reduces every bucket
+  and each rank keeps its slice (allreduce_and_copy_with_multiple_ranks); with reduce_scatter off it calls
+  gradient_reduction_w_predivide, an all-reduce (GLM-130B ran zero_reduce_scatter false, DeepSpeed 0.6.1,
+  arXiv:2210.02414 Table 11); BF16_Optimizer reduces through buffered_allreduce_fallback (all-reduce).
+Per micro-batch, outside the GEMMs (github microsoft/DeepSpeed read at tags v0.5.0-v0.7.0 and at 38327e07 = v0.16.4+6):
+- gradient accumulation (RuntimeSpec.grad_accum, `_grad_accum`): DeepSpeed has no fused wgrad accumulation.
+  BF16_Optimizer (bf16 with ZeRO-1 and grad_accum_dtype fp32, as the export sets and BLOOM-176B ran, or
+  ZeRO-0 with pp > 1) runs update_hp_grads after every micro-batch's backward (runtime/pipe/engine.py
+  _exec_backward_pass; runtime/bf16_optimizer.py: hp_grad.add_(lp.grad.to(fp32)) per parameter): the cast
+  reads 2 B and writes 4, the add reads 4 + 4 and writes 4: 18 B per parameter, every micro-batch. fp16
+  (FP16_Optimizer, DeepSpeedZeroOptimizer stage 1 without hooks) and bf16 ZeRO-0 with pp = 1 accumulate in
+  the 16-bit .grad through autograd's AccumulateGrad (grad += new: 6 B, from the second micro-batch); fp32
+  12 B. ZeRO-2/3 copy gradients into reduction buckets instead (not modelled: 0). fp8 is not a DeepSpeed
+  precision: fp8 rows come from forks whose accumulation differs (HabanaAI's accumulate_grads_via_hooks,
+  HL_GRAD_ACCUM_DTYPE) and is left at 0.
+- pipeline p2p (RuntimeSpec.pipe_partitioned): with tp > 1 the engine sends 1/tp of the boundary tensor
+  (pipe_partitioned, grad_partitioned: on whenever the model is tensor parallel, engine.py __init__; since
+  v0.5.4 for gradients) and rebuilds it with PartitionedTensor.full() (runtime/utils.py: zeros, all-gather
+  over the TP group, clone): the input in every forward of a non-first stage (_exec_forward_pass), the
+  output and the received gradient in every backward of a non-last stage (_exec_backward_pass). Each
+  transfer is a blocking send/recv in the schedule's step (runtime/pipe/p2p.py), on the critical path as
+  the cost model charges p2p. With sequence parallelism the boundary tensor is already split over TP and
+  recipes turn partitioning off (MLPerf v3.1 Intel-HabanaLabs run_gpt.sh, HabanaAI/Megatron-DeepSpeed@470cc029
+  scripts/run_llama.sh: pipe_partitioned = grad_partitioned = false with sequence parallelism); the export does
+  the same.
+- `recompute: selective` on Intel Gaudi (RuntimeSpec.selective_attention_recompute): HabanaAI's
+  Megatron-DeepSpeed wires the Gaudi FusedSDPA kernel as the checkpointed core attention
+  (HabanaAI/Megatron-DeepSpeed@470cc029 megatron/model/transformer.py ParallelAttention: core_attention =
+  HabanaFlashSelfAttention, checkpoint_core_attention = recompute_granularity == 'selective'; MLPerf
+  v3.1 Intel-HabanaLabs transformer.py asserts FusedSDPA runs checkpointed), so the backward re-runs the
+  attention forward. On CUDA, Megatron-DeepSpeed's flash path (core_attention_flash) is never
+  checkpointed: selective recomputation is free there, as for Megatron.
+Left out (measured small or not sourceable as a cost): the ThroughputTimer's torch.cuda.synchronize in
+every forward micro-step without a DeepSpeed dataloader (engine.py forward, v0.5 on; configurable since as
+timers.throughput.synchronized, which HabanaAI's run_llama.sh sets false): host latency, not a device time;
+the tied-embedding all-reduce before ReduceGrads (ReduceTiedGrads, vocab x h / tp per step);
+partition_activations' all-gather of each checkpointed layer input in the backward (a strategy knob the
+plan does not carry; GLM-130B ran it); CUDA_LAUNCH_BLOCKING=1 (BLOOM-176B's slurm script; BigScience
+measured no throughput change at 160 GPUs, bigscience train/tr11-176B-ml/chronicles-prequel.md).
 """
 
 from __future__ import annotations
@@ -90,7 +131,7 @@ from baige_plan.runtimes._common import (
     hostfile_file,
     plan_info,
 )
-from baige_plan.specs.runtime import GradSync, MemorySemantics, RuntimeSpec
+from baige_plan.specs.runtime import NO_GRAD_ACCUM, GradAccum, GradSync, MemorySemantics, RuntimeSpec
 
 VERSION = "0.19.8"
 MEGATRON_DEEPSPEED = "microsoft/Megatron-DeepSpeed"
@@ -103,6 +144,20 @@ def _grad_sync(zero: int, pp: int) -> GradSync:
     if zero == 2:
         return GradSync(grads="micro_batch", overlap="backward", params="after_step")
     return GradSync(grads="step", overlap="none", params="after_step" if zero == 1 else "none")
+
+
+# Gradient accumulation outside the GEMM, bytes per parameter per micro-batch (module docstring):
+BF16_OPTIMIZER_ACCUM_BYTES = 2 + 4 + 4 + 4 + 4   # lp.grad.to(fp32): read 2, write 4; hp_grad.add_: read 4 + 4, write 4
+AUTOGRAD_ACCUM_BYTES_PER_ELEMENT_BYTE = 3        # AccumulateGrad grad += new: read 2 x, write 1 x the element size
+
+
+def _grad_accum(precision: str, zero: int, pp: int) -> GradAccum:
+    if zero >= 2 or precision == "fp8":
+        return NO_GRAD_ACCUM
+    if precision == "bf16" and (zero == 1 or pp > 1):
+        return GradAccum(BF16_OPTIMIZER_ACCUM_BYTES, first=True)
+    elem = 4 if precision in ("fp32", "tf32") else 2
+    return GradAccum(AUTOGRAD_ACCUM_BYTES_PER_ELEMENT_BYTE * elem, first=False)
 
 
 def _refusal(s, model, job) -> str | None:
@@ -158,6 +213,12 @@ RUNTIME = RuntimeSpec(
     memory=MEMORY,
     attention_kernel="fa2",            # Megatron-DeepSpeed: the flash-attn 2 package (--use-flash-attn-v2)
     balanced_partition=True,           # PipelineModule partition_method 'type:transformer' (module docstring)
+    grad_accum=_grad_accum,            # no fused wgrad accumulation (module docstring)
+    zero_grad_allreduce=True,          # stage_1_and_2.py average_tensor: all-reduce per bucket
+    grad_bytes=2,                      # DP reductions in the 16-bit communication dtype (engine.py
+                                       # communication_data_type defaults to fp16/bf16; allreduce_bucket casts)
+    pipe_partitioned=True,             # runtime/pipe/engine.py: pipe_partitioned / grad_partitioned with tp > 1
+    selective_attention_recompute=("intel-gaudi",),   # HabanaAI Megatron-DeepSpeed checkpoints FusedSDPA
     extra_refusal=_refusal,
     notes=("deepspeed/runtime/engine.py DeepSpeedEngine.allreduce_gradients: ZeRO-2/3 reduce every micro-batch "
            "(partition_gradients), ZeRO-0/1 only at the accumulation boundary",
@@ -233,6 +294,10 @@ def ds_config(doc: dict) -> tuple[dict, list[str]]:
         if model.get("moe") and tp > 1:
             # megatron/model/gpt_model.py GPTModelPipe asserts these off for MoE with tp > 1 and pp > 1, but
             # reads a missing key as off while DeepSpeed's get_pipeline_config defaults both to true
+            pipe.update(pipe_partitioned=False, grad_partitioned=False)
+        elif s.get("sequence_parallel") and tp > 1:
+            # the boundary tensor is already split over TP: no partition + all-gather (as the cost model
+            # assumes, module docstring; MLPerf v3.1 Intel-HabanaLabs run_gpt.sh does the same)
             pipe.update(pipe_partitioned=False, grad_partitioned=False)
         cfg["pipeline"] = pipe
     if zero >= 2 and pp > 1:

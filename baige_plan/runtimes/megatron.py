@@ -334,8 +334,13 @@ def megatron_args(doc: dict) -> tuple[list[tuple[str, object]], list[str], list[
               ("--moe-ffn-hidden-size", moe["expert_ffn_hidden"])]
         if moe.get("shared_experts"):
             a.append(("--moe-shared-expert-intermediate-size", moe["shared_experts"] * moe["expert_ffn_hidden"]))
-        a += [("--moe-layer-freq", moe_layer_freq(moe, i["layers"])), ("--moe-token-dispatcher-type", "alltoall"),
+        disp = s.get("moe_dispatcher") or "alltoall"     # as costed (cost/moe.py moe_dispatch_comm_s)
+        a += [("--moe-layer-freq", moe_layer_freq(moe, i["layers"])), ("--moe-token-dispatcher-type", disp),
               ("--moe-grouped-gemm", None)]
+        if disp == "flex":
+            # transformer_config.py moe_flex_dispatcher_backend (default deepep); DeepEP is a separate install
+            a.append(("--moe-flex-dispatcher-backend", "deepep"))
+            notes.append("MoE flex dispatcher: needs DeepEP installed (github.com/deepseek-ai/DeepEP)")
     a += [("--tokenizer-type", "NullTokenizer"), ("--vocab-size", model["vocab"]), ("--mock-data", None)]
     notes.append("needs Transformer Engine (--transformer-impl transformer_engine, the default): fused RoPE, "
                  "context parallelism, FP8 and grouped GEMM run through it")

@@ -248,6 +248,9 @@ def training_args(doc: dict) -> tuple[dict, list[str]]:
     if ep > 1:
         a.update({"use_expert_parallel": True, "expert_model_parallel_size": ep,
                   "moe_token_dispatcher_type": "alltoall"})
+        if s.get("moe_dispatcher", "alltoall") != "alltoall":
+            caveats.append(f"MoE dispatcher {s['moe_dispatcher']} is costed but PaddleFormers runs alltoall; "
+                           "exported as alltoall")
     if s.get("etp", 1) > 1:
         caveats.append(f"expert tensor parallelism (etp={s['etp']}) is not supported by PaddleFormers 1.2; not exported")
     prec = job.get("precision", "bf16")

@@ -50,6 +50,24 @@ class GradSync:
         require(self.params in PARAMS, "params", f"must be one of {PARAMS}, got {self.params!r}")
 
 
+@dataclass(frozen=True)
+class GradAccum:
+    """Gradient accumulation a runtime runs outside the weight-gradient GEMM, once per micro-batch
+    (cost/estimate.py stage_cost charges it to the stage's backward, as HBM traffic over the parameters the
+    stage holds). Megatron-core accumulates inside the GEMM (gradient_accumulation_fusion into main_grad):
+    no pass, the default.
+      bytes_per_param: HBM bytes one accumulation pass moves per parameter (e.g. 16-bit autograd
+                       AccumulateGrad `grad += new`: read 2 + 2, write 2 = 6).
+      first:           whether the first micro-batch of a step pays it too (False: autograd steals the
+                       first gradient and adds only the later ones in place)."""
+
+    bytes_per_param: float = 0.0
+    first: bool = True
+
+
+NO_GRAD_ACCUM = GradAccum()
+
+
 MASTERS = ("separate", "params")
 SELECTIVE = ("core_attention", "op_sac")
 LOSSES = ("fused", "eager_fp32")
@@ -206,6 +224,13 @@ class RuntimeSpec:
                                        # --fp8-param-gather as the NeMo 2 / Megatron-Bridge fp8 recipes set it)
     attention_kernel: str = "cudnn"    # fused attention it launches on chips that have it (specs/chip.py
                                        # ATTENTION_KERNELS; a strategy's attention_kernel overrides it)
+    # (precision, zero, pp) -> the gradient accumulation it runs outside the GEMM (GradAccum; None: fused, none)
+    grad_accum: Callable[[str, int, int], GradAccum] | None = None
+    zero_grad_allreduce: bool = False  # ZeRO-1/2 reduce each gradient bucket with an all-reduce, not a reduce-scatter
+    pipe_partitioned: bool = False     # pipeline p2p sends 1/tp of the stage boundary tensor and the receiver
+                                       # all-gathers it over TP (forward: the input; backward: output and grad)
+    selective_attention_recompute: tuple[str, ...] = ()   # chip families on which `recompute: selective`
+                                       # re-runs the fused attention kernel in the backward (checkpointed core)
     notes: tuple[str, ...] = field(default_factory=tuple)   # sources for the semantics above
     extra_refusal: Callable[..., str | None] | None = None   # runtime-specific rules (model, job, strategy)
 

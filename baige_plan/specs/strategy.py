@@ -70,6 +70,8 @@ class StrategySpec:
                                             # --moe-pad-expert-input-to-capacity): no host sync per MoE layer
     cuda_graph_scope: str = ""              # CUDA-graphed parts (comma list of attn, moe_router, moe_preprocess,
                                             # full = every layer / the iteration); cost/moe.py host-bound MoE layers
+    moe_dispatcher: str = ""                # MoE token dispatcher (alltoall | allgather | flex = DeepEP/HybridEP);
+                                            # "": alltoall, what the runtimes' MoE recipes run (cost/moe.py)
 
     def __post_init__(self) -> None:
         for k in ("tp", "pp", "dp", "cp", "ep", "etp", "micro_batch", "vpp"):
@@ -91,6 +93,8 @@ class StrategySpec:
                 f"must be fa2, cudnn or fa3, got {self.attention_kernel!r}")
         require(self.fp8_recipe in ("", "delayed", "current", "mxfp8"), "fp8_recipe",
                 f"must be delayed, current or mxfp8, got {self.fp8_recipe!r}")
+        require(self.moe_dispatcher in ("", "alltoall", "allgather", "flex"), "moe_dispatcher",
+                f"must be alltoall, allgather or flex, got {self.moe_dispatcher!r}")
         if self.cuda_graph_scope:
             bad = [x for x in self.cuda_graph_scope.split(",") if x not in ("attn", "moe_router", "moe_preprocess", "full")]
             require(not bad, "cuda_graph_scope", f"must list attn, moe_router, moe_preprocess or full, got {bad!r}")
