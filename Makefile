@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 .PHONY: install test lint bench validate test-integration fuzz corpus-tables recipes
 
 # the validation corpus: published calibration + held-out runs + one file per source in benchmarks/corpus/
-CORPUS := tests/data/published_calibration.yaml benchmarks/published_heldout.yaml $(sort $(wildcard benchmarks/corpus/*.yaml))
+CORPUS := tests/data/published_calibration.yaml benchmarks/published_heldout.yaml $(sort $(filter-out %.amend.yaml,$(wildcard benchmarks/corpus/*.yaml)))
 
 install:
 	python3 -m venv $(VENV)

@@ -11,9 +11,12 @@ product grid of the constants that apply to it (`Fitted.grid()`); a fit interpol
 time between grid values, linearly in the constant's coordinate (`Fitted.coordinate`: 1/gemm_scale, as a
 GEMM's time is; the ZeRO-3 overlap itself, on which the exposed time is linear: interpolation is within
 0.1 % of the exact estimate on the published rows), evaluates the objective on [lo, hi] in steps of
-`Fitted.resolution` (the committed value included) and picks its minimum (ties: the value closest to the
-committed one); several constants are fitted coordinate-wise (in FITTED order, repeated until none moves). A constant with fewer than MIN_FIT_ROWS
-training rows keeps its committed value. Held-out rows are then estimated exactly with the refit values.
+`Fitted.resolution` and picks its minimum (ties: the value closest to the start); several constants are fitted
+coordinate-wise (in FITTED order, repeated until none moves), starting from the middle of each range
+(`fit_start`), never from the committed values: the objective is flat along ridges (gemm_scale and the FSDP
+overlap share the A100 FSDP runs), and a fit started from the committed values walks along them, so the
+held-out figures would depend on what is committed and "committed = fitted on all sources" would have no
+fixed point. A constant with fewer than MIN_FIT_ROWS training rows keeps its committed value. Held-out rows are then estimated exactly with the refit values.
 
 Evaluated: a row is evaluated when its runtime runs its strategy (RuntimeSpec.refusal), the cost model
 estimates it, it has a measured step time and it is predicted to fit in 100 % of device memory (the run
@@ -152,10 +155,15 @@ def evaluate_row(r: CorpusRow, fitted: tuple[Fitted, ...] = FITTED) -> RowEval:
 
 
 # -- fitting ---------------------------------------------------------------------------------------------
-def _fine(f: Fitted, committed: float) -> np.ndarray:
-    """The values a fit picks from: [lo, hi] in steps of f.resolution, and the committed value."""
+def _fine(f: Fitted) -> np.ndarray:
+    """The values a fit picks from: [lo, hi] in steps of f.resolution."""
     n = int(round((f.hi - f.lo) / f.resolution))
-    return np.unique(np.round(np.append(np.linspace(f.lo, f.hi, n + 1), committed), 9))
+    return np.unique(np.round(np.linspace(f.lo, f.hi, n + 1), 9))
+
+
+def fit_start(f: Fitted) -> float:
+    """Where the coordinate-wise fit starts a constant: the middle of its range, on its fine grid."""
+    return float(round(round((f.lo + f.hi) / 2 / f.resolution) * f.resolution, 9))
 
 
 def _coords(f: Fitted, values) -> np.ndarray:
@@ -201,12 +209,13 @@ def fit(stacks: list[_Stack], train: np.ndarray, fitted: tuple[Fitted, ...] = FI
     (values, training rows per constant)."""
     spec = {f.name: f for f in fitted}
     base = committed.values()
-    cur = {f.name: base[f.name] for f in fitted}
+    start = {f.name: fit_start(f) for f in fitted}
+    cur = dict(start)
     counts = {f.name: 0 for f in fitted}
     for _ in range(MAX_SWEEPS):
         moved = False
         for f in fitted:
-            fine = _fine(f, base[f.name])
+            fine = _fine(f)
             curves, meas = [], []
             for st in stacks:
                 if f.name not in st.axes:
@@ -230,7 +239,7 @@ def fit(stacks: list[_Stack], train: np.ndarray, fitted: tuple[Fitted, ...] = FI
             else:
                 obj = np.median(np.abs(np.concatenate(curves) - np.concatenate(meas)[:, None]), axis=0)
                 cands = np.flatnonzero(obj <= obj.min() + 1e-12)
-                v = float(fine[cands[np.argmin(np.abs(fine[cands] - base[f.name]))]])
+                v = float(fine[cands[np.argmin(np.abs(fine[cands] - start[f.name]))]])
             if v != cur[f.name]:
                 cur[f.name], moved = v, True
         if not moved:
@@ -508,4 +517,5 @@ def default_corpus(root: str | Path = ".") -> list[Path]:
     the published calibration runs, the held-out runs, then benchmarks/corpus/*.yaml sorted by name."""
     r = Path(root)
     return [r / "tests" / "data" / "published_calibration.yaml", r / "benchmarks" / "published_heldout.yaml",
-            *sorted((r / "benchmarks" / "corpus").glob("*.yaml"), key=lambda p: p.name)]
+            *sorted((p for p in (r / "benchmarks" / "corpus").glob("*.yaml") if not p.name.endswith(".amend.yaml")),
+                    key=lambda p: p.name)]

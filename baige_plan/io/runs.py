@@ -20,6 +20,7 @@ from typing import Any
 from baige_plan import runtimes
 from baige_plan.errors import InputError, SpecError
 from baige_plan.io.catalog import Catalog
+from baige_plan.io.run_amends import apply_amendments
 from baige_plan.io.yamlio import check_keys, is_regular_file, kind_of, read_document
 from baige_plan.limits import MAX_DEVICES, MAX_RUN_ROWS
 from baige_plan.specs.job import JobSpec
@@ -481,4 +482,5 @@ def load_runs(path: str | Path, catalog: Catalog) -> list[RunCase]:
         raise InputError(src, "rows", "expected a mapping with a 'rows:' list")
     if len(doc["rows"]) > MAX_RUN_ROWS:
         raise InputError(src, "rows", f"{len(doc['rows']):,} rows exceed the limit of {MAX_RUN_ROWS:,}")
-    return [case_from_row(r, catalog, src, i) for i, r in enumerate(doc["rows"])]
+    rows = apply_amendments(doc["rows"], path)      # <name>.amend.yaml beside it (io/run_amends.py)
+    return [case_from_row(r, catalog, src, i) for i, r in enumerate(rows)]
