@@ -152,6 +152,16 @@ def test_fp8_is_refused(tmp_path_factory, pp1_zero2):
     assert r.exit_code == 2 and "fp8 is not a DeepSpeed precision" in r.stderr
 
 
+def test_plan_refuses_what_the_export_cannot_write(tmp_path):
+    """fp8 is costed for DeepSpeed (published Gaudi/MLPerf runs backtest with it) but no export writes it, so
+    `plan --runtime deepspeed --precision fp8` exits 2 rather than promising a plan that cannot start."""
+    out = tmp_path / "plan.yaml"
+    r = runner.invoke(app, ["plan", *LLAMA, "--runtime", "deepspeed", "--precision", "fp8", "--out", str(out)])
+    assert r.exit_code == 2 and "--precision" in r.stderr and "fp8" in r.stderr, r.output
+    assert not out.exists()
+    assert "fp8" in ds.RUNTIME.precisions and "fp8" not in ds.RUNTIME.export_precisions
+
+
 def test_version_is_printed_in_every_file(pp4_zero1):
     assert ds.RUNTIME.version == ds.VERSION == "0.19.8"
     files = _files(pp4_zero1)

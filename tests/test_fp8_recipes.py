@@ -41,3 +41,18 @@ def test_current_scaling_costs_two_bytes_more_per_element_than_delayed():
     hbm = cluster.groups[0].chip.hbm_GBps * 1e9 * cluster.groups[0].chip.hbm_efficiency
     per_layer = 2.0 * (ins + outs) / hbm
     assert cur.stages[0].compute_s - dly.stages[0].compute_s == pytest.approx(32 * per_layer, rel=1e-6)
+
+
+def test_mlperf_v31_gaudi2_rows_run_delayed_scaling():
+    # Habana's MLPerf v3.1 GPT-3 code builds recipe.DelayedScaling(interval=16, amax_history_len=1) for its
+    # fp8_autocast (Intel-HabanaLabs/benchmarks/gpt3/Megatron-DeepSpeed/megatron/training.py get_hpu_fp8_recipe,
+    # run_gpt.sh FP8_MEASURE_INTERVAL=16 @ mlcommons/training_results_v3.1 d06288b2): the rows state it, so the
+    # loader prices their quantisation at 4 B per element, not the chip default (current scaling, 6 B)
+    from pathlib import Path
+
+    from baige_plan.io.runs import load_runs
+    cases = load_runs(Path(__file__).parents[1] / "benchmarks/corpus/mlperf_train_v31.yaml", Catalog.create())
+    assert len(cases) == 2
+    for c in cases:
+        assert c.strategy.fp8_recipe == "delayed"
+        assert fp8_quantize_bytes(fp8_recipe(c.strategy, c.cluster.groups[0].chip)) == 4.0

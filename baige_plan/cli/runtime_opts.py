@@ -27,7 +27,11 @@ def resolve_runtime(opt, heterogeneous: bool) -> str:
 def check_pins_runtime(name: str, job: JobSpec, **pins) -> None:
     """Exit-2 error for pins the runtime can never run (its declared rules, RuntimeSpec.violation),
     naming the option, the value and the runtime."""
-    v = runtimes.get(name).violation(precision=job.precision, **pins)
+    rt = runtimes.get(name)
+    v = rt.violation(precision=job.precision, **pins)
+    if v is None and rt.export_precisions is not None and job.precision not in rt.export_precisions:
+        v = "precision", (f"{name} plans are exported in {list(rt.export_precisions)}, not {job.precision} "
+                          f"({name} {job.precision} is costed only to backtest published runs)")
     if v is not None:
         field, reason = v
         flag = {"sequence_parallel": "--no-sequence-parallel", "pp": "--pp",

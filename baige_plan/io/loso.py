@@ -16,7 +16,9 @@ coordinate-wise (in FITTED order, repeated until none moves), starting from the 
 (`fit_start`), never from the committed values: the objective is flat along ridges (gemm_scale and the FSDP
 overlap share the A100 FSDP runs), and a fit started from the committed values walks along them, so the
 held-out figures would depend on what is committed and "committed = fitted on all sources" would have no
-fixed point. A constant with fewer than MIN_FIT_ROWS training rows keeps its committed value. Held-out rows are then estimated exactly with the refit values.
+fixed point. A constant with fewer than MIN_FIT_ROWS training rows takes the start of its range, not its
+committed value: the committed value is fitted on every source, so falling back to it would score the only
+source a constant applies to with a value fitted on that source. Held-out rows are then estimated exactly with the refit values.
 
 Evaluated: a row is evaluated when its runtime runs its strategy (RuntimeSpec.refusal), the cost model
 estimates it, it has a measured step time and it is predicted to fit in 100 % of device memory (the run
@@ -55,7 +57,7 @@ from baige_plan.io.yamlio import kind_of, read_document
 from baige_plan.specs.calibration import COMMITTED, FITTED, Calibration, Fitted
 
 LOSO_SCHEMA = "baige-plan/loso/v1"
-MIN_FIT_ROWS = 3          # fewer training rows: the constant keeps its committed value
+MIN_FIT_ROWS = 3          # fewer training rows: the constant takes fit_start (a prior not fitted on the data)
 MAX_SWEEPS = 5            # coordinate-wise fitting rounds
 # acceptance targets of the corpus (issue): pooled LOSO median / p90, worst source median, evaluated share
 TARGETS = (("median_abs_step_time_error", "<=", 0.08), ("p90_abs_step_time_error", "<=", 0.25),
@@ -203,12 +205,11 @@ def _stacks(evals: list[RowEval]) -> list[_Stack]:
                    np.array([evals[i].log_measured for i in ix])) for axes, ix in sorted(by.items())]
 
 
-def fit(stacks: list[_Stack], train: np.ndarray, fitted: tuple[Fitted, ...] = FITTED,
-        committed: Calibration = COMMITTED) -> tuple[dict[str, float], dict[str, int]]:
+def fit(stacks: list[_Stack], train: np.ndarray,
+        fitted: tuple[Fitted, ...] = FITTED) -> tuple[dict[str, float], dict[str, int]]:
     """Coordinate-wise fit of every constant on the rows `train` (a boolean mask over all rows):
     (values, training rows per constant)."""
     spec = {f.name: f for f in fitted}
-    base = committed.values()
     start = {f.name: fit_start(f) for f in fitted}
     cur = dict(start)
     counts = {f.name: 0 for f in fitted}
@@ -235,7 +236,7 @@ def fit(stacks: list[_Stack], train: np.ndarray, fitted: tuple[Fitted, ...] = FI
             n = sum(len(m) for m in meas)
             counts[f.name] = n
             if n < MIN_FIT_ROWS:
-                v = base[f.name]
+                v = start[f.name]
             else:
                 obj = np.median(np.abs(np.concatenate(curves) - np.concatenate(meas)[:, None]), axis=0)
                 cands = np.flatnonzero(obj <= obj.min() + 1e-12)

@@ -204,6 +204,7 @@ RUNTIME = RuntimeSpec(
     sequence_parallel="optional",
     recompute=("none", "selective", "full"),
     precisions=("bf16", "fp16", "fp32", "tf32", "fp8"),
+    export_precisions=("bf16", "fp16", "fp32", "tf32"),
     heterogeneous=False,
     schedules=("1F1B",),
     execution="fused",

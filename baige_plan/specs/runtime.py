@@ -231,6 +231,9 @@ class RuntimeSpec:
                                        # all-gathers it over TP (forward: the input; backward: output and grad)
     selective_attention_recompute: tuple[str, ...] = ()   # chip families on which `recompute: selective`
                                        # re-runs the fused attention kernel in the backward (checkpointed core)
+    export_precisions: tuple[str, ...] | None = None   # precisions its export writes (None: all of
+                                       # `precisions`); the others are costed for backtests of published runs
+                                       # only, and `plan` refuses them (a plan must start unchanged)
     notes: tuple[str, ...] = field(default_factory=tuple)   # sources for the semantics above
     extra_refusal: Callable[..., str | None] | None = None   # runtime-specific rules (model, job, strategy)
 
