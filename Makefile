@@ -1,7 +1,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install test lint bench validate test-integration fuzz corpus-tables recipes
+.PHONY: install test test-slow lint bench validate test-integration fuzz corpus-tables recipes
 
 # the validation corpus: published calibration + held-out runs + one file per source in benchmarks/corpus/
 CORPUS := tests/data/published_calibration.yaml benchmarks/published_heldout.yaml $(sort $(filter-out %.amend.yaml,$(wildcard benchmarks/corpus/*.yaml)))
@@ -12,6 +12,10 @@ install:
 
 test:
 	$(PY) -m pytest -q
+
+# the tests marked slow (full searches, the fuzz sample, large plans); .ci/run runs them after `make test`
+test-slow:
+	$(PY) -m pytest -q -m slow
 
 lint:
 	$(VENV)/bin/ruff check baige_plan tests benchmarks

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 # -- clusters and jobs ---------------------------------------------------------------------------------
 MAX_DEVICES = 1 << 20            # 1,048,576 accelerators in a cluster (largest jobs today: ~1e5)
+MAX_DEVICES_PER_NODE = 1 << 16  # 65,536 devices joined by one scale-up domain (NVL72: 72; a TPU v5p pod: 8,960)
 MAX_GROUPS = 64                  # chip groups in one cluster
 MAX_GLOBAL_BATCH = 1 << 24       # 16,777,216 sequences per optimizer step
 MAX_SEQ_LEN = 1 << 24            # 16,777,216 tokens per sequence
@@ -24,6 +25,8 @@ MAX_EXPERTS = 1 << 16            # 65,536 experts (and top_k, shared experts)
 # -- command-line search options ----------------------------------------------------------------------------
 MAX_TOP = 1000                   # --top plans printed
 MAX_TIME_LIMIT_S = 1e6           # --time-limit seconds (11.6 days)
+MAX_PRICE_USD = 1e6              # USD per device-hour (list prices today: ~1-15); 1e308 made bare Infinity in JSON
+MAX_TOKENS = 1e18                # tokens to train (largest runs today: ~4e13)
 MAX_CANDIDATES = 2_000_000       # homogeneous search space (largest real one measured: ~400,000, an MoE model
                                  # on 16k GPUs); beyond it the user pins or caps dimensions
 

@@ -82,7 +82,8 @@ def test_pp1_zero2_config_args_launch(pp1_zero2):
             "--deepspeed"} <= set(f)
     assert f["--normalization"] == "rmsnorm" and f["--deepspeed_config"] == "ds_config.json"
     assert "--fp16" not in f and "--checkpoint-activations" not in f
-    assert "deepspeed --hostfile hostfile --num_nodes 2 --num_gpus 8" in files["launch.sh"]
+    assert "HOSTS=(--hostfile hostfile)" in files["launch.sh"]
+    assert 'deepspeed "${HOSTS[@]}" --num_nodes 2 --num_gpus 8' in files["launch.sh"]
     hosts = [x for x in files["hostfile"].splitlines() if x and not x.startswith("#")]
     assert len(hosts) == 2 and all(x.endswith(" slots=8") for x in hosts)
 

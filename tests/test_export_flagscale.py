@@ -4,8 +4,10 @@ FlagScale's hetero rules, see baige_plan/runtimes/flagscale.py)."""
 import csv
 import io
 
+import pytest
 import yaml
 
+from baige_plan.errors import SpecError
 from baige_plan.runtimes import flagscale as F
 
 MODEL = {"name": "m32", "layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8, "head_dim": 128,
@@ -165,7 +167,8 @@ def test_hetero_export_spanning():
     text = files(ex)[F.CONFIG]
     assert "flag-scale==0.8.0" in text and "da4935ec" in text
     launch = files(ex)["launch.sh"]
-    assert "run.py --config-path" in launch and "--config-name flagscale_train" in launch
+    assert '"$FLAGSCALE_ROOT/run.py" --config-path' in launch and "--config-name flagscale_train" in launch
+    assert 'cd "$FLAGSCALE_ROOT"' not in launch and 'experiment.exp_dir="$OUT"' in launch   # not in site-packages
     assert "pip install flag-scale==0.8.0" in launch
 
 
@@ -186,15 +189,12 @@ def test_export_follows_plan_placement_reordering_nodes():
     assert any("not one FlagScale can follow" in c for c in ex2.caveats)
 
 
-def test_miswired_meshes_exported_one_per_stage():
+def test_miswired_meshes_across_families_are_refused():
     a = {"replicas": 2, "micro_batches": 8, "stages": [stage("gpu", 0, 11, 2), stage("gpu", 11, 22, 2),
                                                        stage("npu", 22, 32, 8)]}
-    ex = F.export(doc([a], GPU_NPU, bridges=CPU_BRIDGE))
-    h = cfg(ex)["train"]["system"]["hetero"]
-    assert h["hetero_process_meshes"] == [2, 1, 1, 2, 1, 2, 1, 1, 2, 1, 8, 1, 1, 2, 1]
-    assert h["hetero_device_types"] == ["gpu", "gpu", "npu"]
-    assert any("cannot run as planned" in c and "wrong ranks" in c for c in ex.caveats)
-    assert any("one mesh per pipeline stage" in c for c in ex.caveats)
+    # shape_refusal: splitting the mesh would send its inner hops across families; refused (exit 2), not exported
+    with pytest.raises(SpecError, match="flagscale refuses this plan.*wrong ranks"):
+        F.export(doc([a], GPU_NPU, bridges=CPU_BRIDGE))
 
 
 def test_group_in_two_parts_gets_two_labels():
@@ -240,12 +240,8 @@ def test_megatron_mode_single_group():
     assert cfg(ex)["experiment"]["envs"]["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
 
 
-def test_several_shapes_export_shape_zero_with_caveats():
+def test_several_shapes_are_refused():
     a = {"replicas": 1, "micro_batches": 10, "stages": [stage("gpu", 0, 32, 8)]}
     b = {"replicas": 2, "micro_batches": 11, "stages": [stage("npu", 0, 32, 8)]}
-    ex = F.export(doc([a, b], GPU_NPU, {"tp": 8}, bridges=CPU_BRIDGE))
-    assert any("not 2 different pipeline shapes" in c for c in ex.caveats)
-    assert any("exported only shape 0" in c and "10 sequences" in c for c in ex.caveats)
-    c = cfg(ex)
-    assert c["train"]["model"]["global_batch_size"] == 10 and "hetero" not in c["train"]["system"]
-    assert "# cannot express:" in files(ex)[F.CONFIG]
+    with pytest.raises(SpecError, match="not 2 different pipeline shapes"):   # FlagScale runs one pipeline
+        F.export(doc([a, b], GPU_NPU, {"tp": 8}, bridges=CPU_BRIDGE))

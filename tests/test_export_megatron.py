@@ -48,7 +48,7 @@ def args_of(doc) -> dict:
 
 def test_files_and_version():
     f, _ = files(plan_doc(LLAMA3_70B, tp=8, dp=2, m=4, nodes=2))
-    assert list(f) == ["megatron_args.txt", "launch.sh", "hostfile"]
+    assert list(f) == ["megatron_args.txt", "launch.sh", "hostfile", "slurm.sbatch"]
     assert megatron.RUNTIME.version == megatron.VERSION == "0.19.2"
     assert "megatron-core==0.19.2" in f["megatron_args.txt"].splitlines()[1]
     assert "megatron-core==0.19.2" in f["launch.sh"]
@@ -64,10 +64,12 @@ def test_dense_gqa_shape_and_batch():
     assert "--group-query-attention" in a and a["--num-query-groups"] == "8"
     assert "--kv-channels" not in a                       # 64 x 128 = 8192 = hidden
     assert a["--seq-length"] == "8192" and int(a["--max-position-embeddings"]) >= 8192
-    for flag in ("--swiglu", "--disable-bias-linear", "--untie-embeddings-and-output-weights", "--mock-data"):
+    for flag in ("--swiglu", "--disable-bias-linear", "--untie-embeddings-and-output-weights"):
         assert flag in a
     assert a["--normalization"] == "RMSNorm" and a["--position-embedding-type"] == "rope"
-    assert a["--tokenizer-type"] == "NullTokenizer" and a["--vocab-size"] == "128256"
+    # data, tokenizer and run length come from launch.sh's variables (tests/test_export_launch.py)
+    for flag in ("--mock-data", "--tokenizer-type", "--vocab-size", "--data-path", "--train-iters"):
+        assert flag not in a
     assert a["--attention-dropout"] == a["--hidden-dropout"] == "0.0"
     assert (a["--tensor-model-parallel-size"], a["--pipeline-model-parallel-size"], a["--context-parallel-size"]) \
         == ("2", "8", "4")
@@ -77,7 +79,7 @@ def test_dense_gqa_shape_and_batch():
     assert "--use-distributed-optimizer" in a and "--overlap-grad-reduce" in a and "--overlap-param-gather" in a
     assert "--bf16" in a and "--fp8-format" not in a
     assert "--num-experts" not in a and "--expert-model-parallel-size" not in a
-    for flag in ("--train-iters", "--lr", "--min-lr", "--lr-decay-style"):
+    for flag in ("--lr", "--min-lr", "--lr-decay-style"):
         assert flag in a
     assert "--decoder-first-pipeline-num-layers" not in a    # even split
 
@@ -265,7 +267,8 @@ def test_launch_sh_runs_and_passes_the_arguments(tmp_path):
     (bindir / "torchrun").write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$CUDA_DEVICE_MAX_CONNECTIONS" "$@"\n')
     (bindir / "torchrun").chmod(0o755)
     r = subprocess.run(["bash", str(tmp_path / "launch.sh"), "--extra"], capture_output=True, text=True,
-                       env={"PATH": f"{bindir}:/usr/bin:/bin", "MEGATRON_LM": "/m"}, timeout=30)
+                       env={"PATH": f"{bindir}:/usr/bin:/bin", "MEGATRON_LM": "/m", "BAIGE_MOCK_DATA": "1",
+                            "BAIGE_SKIP_VERSION_CHECK": "1"}, timeout=30)
     assert r.returncode == 0, r.stderr
     out = r.stdout.splitlines()
     assert out[0] == "1"
@@ -274,7 +277,8 @@ def test_launch_sh_runs_and_passes_the_arguments(tmp_path):
     assert torchrun[torchrun.index("--nnodes") + 1] == "16" and torchrun[torchrun.index("--nproc-per-node") + 1] == "8"
     assert torchrun[torchrun.index("--master-addr") + 1] == "h100-sxm5-80g-node0000"   # hostfile's first host
     expected = [w for ln in f["megatron_args.txt"].splitlines() if not ln.startswith("#") for w in shlex.split(ln)]
-    assert out[i + 1:] == expected + ["--extra"]
+    assert out[i + 1:] == expected + ["--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", "128256",
+                                      "--train-iters", "100", "--extra"]
     assert "--pipeline-model-parallel-layout" in expected   # the quoted value survived
 
 

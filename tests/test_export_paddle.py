@@ -10,6 +10,7 @@ import json
 import pytest
 import yaml
 
+from baige_plan.errors import SpecError
 from baige_plan.runtimes import paddle
 from baige_plan.specs.strategy import StrategySpec
 
@@ -53,7 +54,7 @@ def args_of(doc):
 # ------------------------------------------------------------------------------------------ the files
 def test_files_and_pinned_versions():
     fs, ex = files(plan())
-    assert list(fs) == ["paddleformers_args.yaml", "config.json", "launch.sh", "hostfile"]
+    assert list(fs) == ["paddleformers_args.yaml", "config.json", "launch.sh", "hostfile", "slurm.sbatch"]
     assert ex.files[0].name == "paddleformers_args.yaml"   # printed by `baige-plan export --to paddle`
     for name in ("paddleformers_args.yaml", "launch.sh"):
         assert "paddleformers==1.2.0" in fs[name] and "paddlepaddle==3.3.1" in fs[name]
@@ -91,7 +92,8 @@ def test_launch_script_and_hostfile():
     sh = fs["launch.sh"]
     assert sh.startswith("#!/usr/bin/env bash")
     assert '-m paddle.distributed.launch --ips "$IPS" --devices 0,1,2,3,4,5,6,7' in sh
-    assert 'train "$HERE/paddleformers_args.yaml" model_name_or_path="$MODEL_DIR" input_dir="$DATA" "$@"' in sh
+    assert ('train "$HERE/paddleformers_args.yaml" model_name_or_path="$MODEL_DIR" input_dir="$DATA" '
+            'max_steps="$BAIGE_TRAIN_ITERS" output_dir="$OUT/checkpoints" "$@"') in sh
     assert "paddleformers.cli.launcher" in sh
     hosts = [ln for ln in fs["hostfile"].splitlines() if ln and not ln.startswith("#")]
     assert hosts == ["h100-node0000", "h100-node0001"]
@@ -146,12 +148,11 @@ def test_precisions():
     assert (a["compute_type"], a["bf16"], a["fp16"], a["amp_master_grad"]) == ("float32", False, False, False)
 
 
-def test_fp8_is_a_caveat_not_dropped():
-    doc = plan(precision="fp8")
-    fs, ex = files(doc)
-    assert any("fp8" in c for c in ex.caveats)
-    assert "# cannot express: fp8" in fs["paddleformers_args.yaml"]
-    assert args_of(doc)["compute_type"] == "bf16"
+def test_fp8_is_refused_not_exported_as_bf16():
+    """Paddle's space has no fp8 for these model classes: the export refuses (exit 2), as for every plan the
+    runtime refuses (issue 17), rather than writing a bf16 job."""
+    with pytest.raises(SpecError, match="not fp8"):
+        files(plan(precision="fp8"))
 
 
 def test_recompute():
@@ -159,9 +160,8 @@ def test_recompute():
     assert (a["recompute_granularity"], a["recompute_method"], a["recompute_num_layers"]) == ("full", "uniform", 1)
     a = args_of(plan(recompute="none"))
     assert "recompute_granularity" not in a
-    _, ex = files(plan(recompute="selective"))
-    assert any("selective recompute" in c for c in ex.caveats)
-    assert "recompute_granularity" not in args_of(plan(recompute="selective"))
+    with pytest.raises(SpecError, match="not 'selective'"):    # only full recompute: refused, not dropped
+        files(plan(recompute="selective"))
 
 
 # ------------------------------------------------------------------------------------------ model config
@@ -240,10 +240,14 @@ def test_refusals_from_the_pinned_source():
     assert "2·pp" in refusal(job_gb=8, tp=2, pp=4, vpp=2, dp=2, zero=1, recompute="none")
 
 
-def test_refused_plans_still_export_with_the_reason_first():
-    fs, ex = files(plan(tp=2, pp=2, dp=4, zero=2, m=8))
-    assert ex.caveats[0].startswith("PaddleFormers 1.2.0 / Paddle 3.3.1 refuse this plan")
-    assert yaml.safe_load(fs["paddleformers_args.yaml"])["sharding"] == "stage2"   # as planned: the check shows Paddle refusing it
+def test_refused_plans_are_not_exported():
+    """A plan Paddle refuses is an error (exit 2 from `baige-plan export`), naming the rule."""
+    with pytest.raises(SpecError, match="PaddleFormers 1.2.0 / Paddle 3.3.1 refuse this plan.*zero=2 with pp=2"):
+        files(plan(tp=2, pp=2, dp=4, zero=2, m=8))
+    from baige_plan.errors import InputError
+    from baige_plan.io.exports import export_plan
+    with pytest.raises(InputError, match="strategy.zero: paddle refuses this plan"):
+        export_plan(plan(tp=2, pp=2, dp=4, zero=2, m=8), "paddle")
 
 
 def test_grad_sync_semantics():

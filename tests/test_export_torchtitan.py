@@ -67,7 +67,7 @@ def ac_of(doc) -> str:
 
 def test_files_and_version():
     f, _ = files(plan_doc(LLAMA3_8B, dp=16, nodes=2))
-    assert list(f) == [torchtitan.ARGS_FILE, "launch.sh", "hostfile"]
+    assert list(f) == [torchtitan.ARGS_FILE, "launch.sh", "hostfile", "slurm.sbatch"]
     assert torchtitan.RUNTIME.version == torchtitan.VERSION == "0.3.0"
     assert torchtitan.RUNTIME.package == "torchtitan"
     assert "torchtitan==0.3.0" in f[torchtitan.ARGS_FILE].splitlines()[1]
@@ -100,7 +100,8 @@ def test_degrees_fsdp_and_ddp():
         assert a[f"--parallelism.{k}"] == "1"
     assert a["--module"] == "llama3" and a["--config"] == "llama3_8b"
     assert "--compile.no_enable" in a and "--compile.no_enable_async_tensor_parallel" in a
-    assert "--training.disable_cuda_graphs" not in a           # torchtitan's default (graphs) without PP/EP
+    assert "--training.disable_cuda_graphs" in a               # costed eager: no CUDA graphs, even without PP/EP
+    assert "--profiler.no_enable_profiling" in a               # llama3_8b() profiles every 100 steps
 
 
 def test_names_0_3_0_does_not_have_are_not_exported():
@@ -250,7 +251,8 @@ def test_hostfile_and_launch_script(tmp_path):
         (tmp_path / name).write_text(text)
     (tmp_path / "torchrun").write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$@" > "$CAP"\n')
     (tmp_path / "torchrun").chmod(0o755)
-    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "CAP": str(tmp_path / "argv")}
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "CAP": str(tmp_path / "argv"), "BAIGE_DATA_PATH": "/data/c4",
+           "BAIGE_TOKENIZER": "/tok", "BAIGE_SKIP_VERSION_CHECK": "1"}
     r = subprocess.run(["bash", str(tmp_path / "launch.sh"), "--training.steps", "5"], env=env,
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
@@ -259,8 +261,10 @@ def test_hostfile_and_launch_script(tmp_path):
     assert argv[:k][argv[:k].index("--rdzv-endpoint") + 1] == "h100-sxm5-80g-node0000:29500"
     assert argv[k + 1] == "torchtitan.train"
     doc_argv = argv_of(plan_doc(LLAMA3_8B, dp=16, nodes=2))
-    # extra flags go after the exported ones and before the subcommand
-    assert argv[k + 2:] == doc_argv[:-1] + ["--training.steps", "5", doc_argv[-1]]
+    # the data flags, then extra flags go after the exported ones and before the subcommand
+    data = ["--dataloader.dataset", "c4_test", "--dataloader.dataset_path", "/data/c4", "--hf_assets_path", "/tok",
+            "--training.steps", "100", "--dump_folder", str(tmp_path / "outputs")]
+    assert argv[k + 2:] == doc_argv[:-1] + data + ["--training.steps", "5", doc_argv[-1]]
 
 
 def test_cli_writes_every_file(tmp_path):

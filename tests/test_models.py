@@ -106,12 +106,14 @@ def test_specific_shapes():
 # -- Hugging Face config.json ------------------------------------------------------------------
 
 HF_EXPECTED = {
-    # dir: (name, layers, hidden, heads, kv_heads, head_dim, ffn, vocab, seq, activation, tie)
-    "llama3-8b": ("llama3-8b", 32, 4096, 32, 8, 128, 14336, 128256, 8192, "swiglu", False),
-    "mixtral-8x7b": ("mixtral-8x7b", 32, 4096, 32, 8, 128, 14336, 32000, 32768, "swiglu", False),
-    "qwen3-235b-a22b": ("qwen3-235b-a22b", 94, 4096, 64, 4, 128, 12288, 151936, 8192, "swiglu", False),
-    "gpt2": ("gpt2", 12, 768, 12, 12, 64, 3072, 50257, 1024, "gelu", True),
-    "gpt-neox-20b": ("gpt-neox-20b", 44, 6144, 64, 64, 96, 24576, 50432, 2048, "gelu", False),
+    # dir: (name, layers, hidden, heads, kv_heads, head_dim, ffn, vocab, seq, activation, tie); the fixtures carry no
+    # _name_or_path, so the name is model_type + the published size (issue 19: never the folder): Llama 3 8B 8.03 B,
+    # Mixtral 8x7B 46.7 B, Qwen3-235B-A22B 235 B, GPT-2 124 M, GPT-NeoX-20B 20.6 B parameters
+    "llama3-8b": ("llama-8.03b", 32, 4096, 32, 8, 128, 14336, 128256, 8192, "swiglu", False),
+    "mixtral-8x7b": ("mixtral-46.7b", 32, 4096, 32, 8, 128, 14336, 32000, 32768, "swiglu", False),
+    "qwen3-235b-a22b": ("qwen3_moe-235b", 94, 4096, 64, 4, 128, 12288, 151936, 8192, "swiglu", False),
+    "gpt2": ("gpt2-124m", 12, 768, 12, 12, 64, 3072, 50257, 1024, "gelu", True),
+    "gpt-neox-20b": ("gpt_neox-20.6b", 44, 6144, 64, 64, 96, 24576, 50432, 2048, "gelu", False),
     "opt-1.3b": ("facebook/opt-1.3b", 24, 2048, 32, 32, 64, 8192, 50272, 2048, "gelu", True),
     "bloom-560m": ("bigscience/bloom-560m", 24, 1024, 16, 16, 64, 4096, 250880, 2048, "gelu", True),
 }
@@ -177,6 +179,28 @@ def test_hf_name_from_name_or_path(tmp_path):
     assert load_hf_config(_write(tmp_path, _llama(_name_or_path="/root/ckpt/my-model/"))).name == "my-model"
 
 
+def test_hf_name_from_type_and_size_never_the_folder(tmp_path):
+    """issue 19: with no (_)name_or_path the name is model_type + size, not the folder it sits in. GPT-2 small:
+    124.4 M parameters (124,439,808 with tied embeddings, the published count)."""
+    d = tmp_path / "checkpoint-1234"
+    d.mkdir()
+    cfg = json.loads((HF / "gpt2" / "config.json").read_text())
+    cfg.pop("_name_or_path", None)
+    (d / "config.json").write_text(json.dumps(cfg))
+    assert load_hf_config(d / "config.json").name == "gpt2-124m"
+    cfg["name_or_path"] = "openai-community/gpt2"
+    (d / "config.json").write_text(json.dumps(cfg))
+    assert load_hf_config(d / "config.json").name == "openai-community/gpt2"
+
+
+def test_hf_errors_name_the_json_key(tmp_path):
+    """issue 19: an error names the config's own key (hidden_size), not the internal field (hidden)."""
+    from baige_plan.errors import InputError
+    with pytest.raises(InputError) as e:
+        load_hf_config(_write(tmp_path, _llama(num_attention_heads=0)))
+    assert "num_attention_heads" in str(e.value)
+
+
 def test_hf_qwen2_moe_shared_expert(tmp_path):
     cfg = {"model_type": "qwen2_moe", "num_hidden_layers": 24, "hidden_size": 2048, "num_attention_heads": 16,
            "num_key_value_heads": 16, "intermediate_size": 5632, "moe_intermediate_size": 1408,
@@ -206,7 +230,7 @@ def test_hf_sparse_step_and_dense_prefix(tmp_path):
     ({k: v for k, v in _llama().items() if k != "vocab_size"}, "vocab_size"),
     (_llama(num_hidden_layers="32"), "num_hidden_layers"),
     (_llama(num_hidden_layers=-4), "num_hidden_layers"),
-    (_llama(num_key_value_heads=5), "kv_heads"),
+    (_llama(num_key_value_heads=5), "num_key_value_heads (kv_heads)"),   # the JSON key (issue 19)
     (_llama(hidden_act="relu"), "hidden_act"),
     (dict(json.loads((HF / "qwen3-235b-a22b" / "config.json").read_text()), mlp_only_layers=[3]),
      "mlp_only_layers"),

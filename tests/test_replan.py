@@ -248,3 +248,44 @@ def test_state_model_overlaps():
     # 0, 3, 4, 7 keep a quarter-shard each, i.e. a quarter of the new state
     kept = R._overlap(B_p, A_p).diagonal().sum()
     assert kept == pytest.approx(0.25 * R._volume(B_p).sum())
+
+
+# -- issue 19: replan that keeps ranks ---------------------------------------------------------------------------
+
+def test_layout_distance_counts_each_change():
+    """Hand-counted: one per change of tp, of cp, per doubling/halving of pp, for an uneven split where the old
+    one was even (80 layers), for interleaving and for ZeRO-3 switched on or off."""
+    from baige_plan.io.catalog import Catalog
+    from baige_plan.specs.strategy import StrategySpec
+    m = Catalog.create().model("llama3-70b")
+    old = StrategySpec(tp=8, pp=1, dp=32, zero=3, micro_batch=2)
+
+    def d(family, **kw):
+        c = R.Candidate("x", family, None, None, strategy=StrategySpec(**kw))
+        return R.layout_distance(c, old, (), m)
+    assert d("keep", tp=8, dp=16, zero=3) == 0
+    assert d("same tp", tp=8, pp=2, dp=16, zero=3) == 1                     # pp 1 -> 2
+    assert d("fresh", tp=8, pp=7, dp=2, cp=2, zero=1) == 1 + 3 + 1 + 1       # cp; log2(7) ~ 3 doublings; uneven; zero
+    assert d("fresh", tp=8, pp=14, dp=1, cp=2, zero=1) == 1 + 4 + 1 + 1
+    assert d("fresh", tp=4, pp=1, dp=64, zero=3) == 1
+
+
+@pytest.mark.slow
+def test_lose_one_of_32_nodes_keeps_a_close_layout_and_says_why_nodes_idle(tmp_path):
+    """The issue's case: llama3-70b on 32 DGX-H100 nodes, global batch 128, one node lost. 31 x 8 = 248 devices =
+    8 x 31 and the data-parallel size must divide 128 (a power of two), so 31, 30 (240 = 16 x 15) and 29 nodes
+    run no Megatron layout: 28 nodes at most, 3 healthy nodes idle -- said so, as hot spares. Among the plans
+    within --max-loss the one kept is the closest to the old layout unless a farther one moves under half the
+    bytes per step away, and its label says what it keeps."""
+    p = tmp_path / "p.yaml"
+    r = RUN.invoke(app, ["plan", "llama3-70b", "h100-sxm5-80g:32x8", "--global-batch", "128", "--out", str(p)])
+    assert r.exit_code == 0, r.stderr
+    rep = _replan(p, "--drop", "h100-sxm5-80g:17")
+    n = rep["new"]
+    assert n["devices"] == 224 and len(n["spare_nodes"]) == 3
+    assert "hot spares" in rep["choice"] and "29-31 nodes" in rep["choice"]
+    assert not n["plan"].startswith("fresh:") and n["plan"].split(":")[0] in (
+        "old layout kept", "old stages, layers rebalanced", "old tp/cp kept, new pipeline", "new layout")
+    old = yaml.safe_load(p.read_text())["strategy"]
+    assert n["strategy"]["tp"] == old["tp"] and n["strategy"]["cp"] == old["cp"]      # the shards keep their width
+    assert n["tokens_per_s"] >= 0.97 * rep["fresh"]["tokens_per_s"] * (1 - 1e-6)

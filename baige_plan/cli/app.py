@@ -54,16 +54,18 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 
 def main() -> None:
     from baige_plan.errors import InputError, SpecError
+    from baige_plan.safe_text import one_line
     try:
         app(standalone_mode=True)
     except (InputError, SpecError) as e:   # a command that forgot to catch: still one line, exit 2
-        print(f"baige-plan: {e}", file=sys.stderr)
+        print(f"baige-plan: {one_line(str(e))}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
         sys.exit(130)
     except Exception as e:  # noqa: BLE001 - never show users a traceback
         if os.environ.get("BAIGE_PLAN_DEBUG"):
             raise
-        print(f"baige-plan: internal error: {type(e).__name__}: {e} (set BAIGE_PLAN_DEBUG=1 for a traceback)",
+        print(f"baige-plan: internal error: {type(e).__name__}: {one_line(str(e))} "
+              "(set BAIGE_PLAN_DEBUG=1 for a traceback)",
               file=sys.stderr)
         sys.exit(70)

@@ -50,7 +50,7 @@ class Precision(str, Enum):
 
 Runtime = Enum("Runtime", {n: n for n in RUNTIME_NAMES}, type=str)
 
-RuntimeOpt = typer.Option(None, "--runtime", "--framework",
+RuntimeOpt = typer.Option(None, "--runtime", "--framework", metavar="RUNTIME",   # the list is in the help
                           help="Runtime the plan targets: " + ", ".join(RUNTIME_NAMES) + ". The search keeps to "
                           "what it runs and the cost follows how it executes (when gradients are reduced, what "
                           "overlaps). [default: megatron; flagscale on clusters of several chip groups]")
@@ -81,13 +81,15 @@ def is_quiet() -> bool:
 
 def err(msg: str) -> None:
     """One line on stderr (printed even with --quiet)."""
-    print(f"baige-plan: {msg}", file=sys.stderr)
+    from baige_plan.safe_text import one_line
+    print(f"baige-plan: {one_line(msg)}", file=sys.stderr)
 
 
 def note(msg: str) -> None:
     """A note on stderr, unless --quiet."""
     if not _QUIET["on"]:
-        print(f"note: {msg}", file=sys.stderr)
+        from baige_plan.safe_text import printable
+        print(f"note: {printable(msg)}", file=sys.stderr)
 
 
 # a progress line shows once the work has taken this long (tests set 0 to see every command's line)

@@ -64,8 +64,9 @@ def explain(plan: Path = typer.Argument(..., metavar="PLAN", help="A plan file w
             # efficiency, shapes and bridge traffic recomputed, never the numbers stored in a (hand-edited) file
             prog.update("explain: searching each chip group alone (heterogeneous efficiency)")
             frac = float((doc.get("search") or {}).get("max_memory_frac", 1.0))
+            from baige_plan.io.hetero_plans import matmul_precisions
             hetero = hetero_estimate_dict(e, pspec, standalone_throughputs(model, cluster, job, frac),
-                                          band=_band(e, model, job))
+                                          band=_band(e, model, job), matmul=matmul_precisions(pspec, cluster, job))
             pipelines = hetero_pipelines_doc(pspec, e)
     finally:
         prog.close()

@@ -25,6 +25,7 @@ from baige_plan.cli.common import (
     progress_line,
     write_atomic,
 )
+from baige_plan.cli.matmul_opts import MatmulOpt, apply_fp32_matmul
 from baige_plan.cli.profile_opts import ProfileOpt, apply_profiles
 from baige_plan.cli.runtime_opts import check_pins_runtime, resolve_runtime
 from baige_plan.errors import InputError, SpecError
@@ -106,6 +107,12 @@ def plan(
                                       "`replan --drop`; comma- or space-separated, repeatable [default: none]."),
     catalog: list[str] = CatalogOpt,
     profile: list[Path] = ProfileOpt,
+    fp32_matmul: list[str] = MatmulOpt,
+    batch_tolerance: float = typer.Option(None, "--batch-tolerance", metavar="PCT",
+                                          help="Clusters of several groups: also try global batches within PCT "
+                                          "percent of --global-batch that split over replicas using whole groups, "
+                                          "and keep the one with the most tokens/s; the plan states the batch it "
+                                          "runs [default: the batch as given].", show_default=False),
 ) -> None:
     """Find the fastest parallel plans that fit. Exits 1 naming the binding constraint when none fits.
     On one chip group, plans may use fewer nodes than the cluster has when that is faster (cheaper with
@@ -127,6 +134,7 @@ def plan(
             note(f"--global-batch not given: using one sequence per device = {global_batch}")
         job = JobSpec(global_batch=global_batch, seq_len=seq_len or m.seq_len, precision=precision.value)
         cl = apply_profiles(cl, profile, m, job)
+        cl = apply_fp32_matmul(cl, fp32_matmul)   # per-group fp32 matmul engine (issue 18)
         # --objective / --tokens / --price (issue 12, cost/money.py)
         from baige_plan.cost import money
         if objective is not Objective.throughput and tokens is None:
@@ -171,7 +179,7 @@ def plan(
                         sequence_parallel=sequence_parallel, attention=attention.value,
                         max_memory_frac=max_memory_frac, time_limit=time_limit, out=out, fmt=fmt, runtime=rt_name,
                         lim=lim, objective=objective.value, tokens=tokens, prices=prices, whole=cl,
-                        excluded=excluded)
+                        excluded=excluded, batch_tolerance=batch_tolerance)
             return
         bounds = Bounds(max_tp=max_tp, max_pp=max_pp, max_cp=max_cp, max_micro_batch=max_micro_batch,
                         max_memory_frac=max_memory_frac, runtime=rt_name)
@@ -206,7 +214,15 @@ def plan(
             + "".join(f"; {c.nodes} skipped: {c.error}" for c in pr.counts if c.skipped))
          + f" in {pr.seconds:.2f} s: {res.status}" + (f", gap {res.gap:.2%}" if res.gap else ""))
     if not res.plans:
-        err(f"no feasible plan: {why_none(pr)}")
+        why = why_none(pr)
+        if why.startswith("memory:") and len(pr.cluster.groups) == 1:    # issue 19: say the smallest that fits
+            from baige_plan.search.partial import smallest_fitting
+            g = pr.cluster.groups[0]
+            found = smallest_fitting(m, pr.cluster, job, bounds, pins)
+            why += (f"; the smallest {g.chip.id} cluster that fits: {g.chip.id}:{found[0]}x{g.devices_per_node} "
+                    f"({found[1]})" if found else
+                    f"; no {g.chip.id} cluster of {g.devices_per_node}-device nodes up to the device limit fits")
+        err(f"no feasible plan: {why}")
         raise typer.Exit(1)
     from baige_plan.io.serialize import Flow
     idle = [Flow(group=g, devices=n, why=why) for g, n, why in pr.idle]   # search/partial.py

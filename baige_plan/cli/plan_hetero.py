@@ -14,12 +14,16 @@ from baige_plan.specs.model import ModelSpec
 from baige_plan.specs.strategy import StrategySpec
 from baige_plan.specs.topology import ClusterSpec
 
+# a bubble this large a share of the step gets a note on interleaving (issue 18): which runtime would run it
+BUBBLE_NOTE = 0.10
+
 
 def plan_hetero(cat, m: ModelSpec, cl: ClusterSpec, job: JobSpec, *, micro_batch: int | None, zero: int | None,
                 recompute: Recompute | None, sequence_parallel: bool | None, attention: str, max_memory_frac: float,
                 time_limit: float | None, out: Path | None, fmt: Fmt, runtime: str = "flagscale",
                 lim=None, objective: str = "throughput", tokens: float | None = None, prices=None,
-                whole: ClusterSpec | None = None, excluded: dict[str, list[int]] | None = None) -> None:
+                whole: ClusterSpec | None = None, excluded: dict[str, list[int]] | None = None,
+                batch_tolerance: float | None = None) -> None:
     """`cl` is the cluster to plan on; with `--exclude`, `whole` is the cluster as given and `excluded` its nodes
     left out (search/partial.py without): the plan file keeps `whole`, its placement names the real nodes."""
     whole = whole or cl
@@ -33,7 +37,7 @@ def plan_hetero(cat, m: ModelSpec, cl: ClusterSpec, job: JobSpec, *, micro_batch
                         sequence_parallel=True if sequence_parallel is None else sequence_parallel, attention=attention,
                         **runtimes.knobs(runtime))
     from baige_plan.search.hetero_templates import missing_figure
-    lacking = {g.name: missing_figure(g, job) for g in cl.groups if not runs_on(g, job)}
+    lacking = {g.name: missing_figure(g, job, runtime) for g in cl.groups if not runs_on(g, job, runtime)}
     for g in cl.groups:
         if g.name in lacking:
             note(f"group {g.name!r} ({g.chip.id}) is left out: {lacking[g.name]} is unknown, and the cost model "
@@ -58,6 +62,29 @@ def plan_hetero(cat, m: ModelSpec, cl: ClusterSpec, job: JobSpec, *, micro_batch
                 r = solve(m, cl, job, base, memory_frac=max_memory_frac, time_limit_s=time_limit,
                           recompute_pinned=recompute is not None, lim=lim,
                           progress=lambda stage, done, total: prog.update(f"{stage}: {done:,} of {total:,}"))
+            if batch_tolerance:   # --batch-tolerance: nearby batches that split over whole groups (issue 18)
+                from dataclasses import replace as _replace
+
+                from baige_plan.search.batch_tolerance import candidate_batches
+                asked = job.global_batch
+                for b2 in candidate_batches(asked, cl, batch_tolerance):
+                    j2 = _replace(job, global_batch=b2)
+                    try:
+                        r2 = solve(m, cl, j2, base, memory_frac=max_memory_frac, time_limit_s=time_limit,
+                                   recompute_pinned=recompute is not None, lim=lim)
+                    except SpecError:
+                        continue
+                    better = r2.estimate.fits and r2.estimate.tokens_per_s > r.estimate.tokens_per_s * (1 + 1e-9)
+                    note(f"--batch-tolerance {batch_tolerance:g}%: global batch {b2} ({(b2 - asked) / asked:+.2%}): "
+                         f"{r2.estimate.tokens_per_s:,.0f} tokens/s on {sum(r2.pipelines.devices_by_group().values())}"
+                         f" devices" + (" (better)" if better else ""))
+                    if better:
+                        r, job = r2, j2
+                if job.global_batch != asked:
+                    note(f"runs global batch {job.global_batch} instead of {asked} ({(job.global_batch - asked) / asked:+.2%}"
+                         f", within --batch-tolerance {batch_tolerance:g}%): it splits over replicas that use whole "
+                         "groups; Megatron/FlagScale run one micro-batch count for every replica of a pipeline, so "
+                         "uneven counts per replica are not an option")
         chip_docs = chip_docs_from_catalog(cat, whole) if out else {}
     except InputError as ex:
         fail_input(ex)
@@ -75,6 +102,16 @@ def plan_hetero(cat, m: ModelSpec, cl: ClusterSpec, job: JobSpec, *, micro_batch
         r = replace(r, idle=gone + tuple(r.idle))
     note(f"solved {r.templates} pipeline templates with CP-SAT in {r.seconds:.2f} s: {r.status}"
          + (f", gap {r.gap:.2%}" if r.gap else ""))
+    bubble = r.estimate.breakdown_s.get("pp_bubble", 0.0) / r.estimate.step_time_s
+    if bubble >= BUBBLE_NOTE and len(r.pipelines.devices_by_group()) > 1 and runtime != "flagscale":
+        note(f"the pipeline bubble is {bubble:.0%} of the step; interleaving (vpp) would divide it, but {runtime} "
+             "does not interleave pipelines that span chip groups")
+    elif bubble >= BUBBLE_NOTE and len(r.pipelines.devices_by_group()) > 1:
+        note(f"the pipeline bubble is {bubble:.0%} of the step; interleaving (vpp) would divide it, but {runtime}'s "
+             "heterogeneous mode refuses virtual pipelines (FlagOpen/FlagScale@da4935ec flagscale/train/arguments.py: "
+             "with enable_hetero, num_layers_per_virtual_pipeline_stage must be None, 'virtual pipeline not support "
+             "now!'); Megatron-LM interleaves (--num-layers-per-virtual-pipeline-stage) on one chip group only: no "
+             "runtime planned here interleaves across chip groups")
     training = None
     if tokens is not None:   # time and money to train --tokens (cost/money.py)
         from baige_plan.cost.money import summary_line, training_cost, training_dict
@@ -100,7 +137,9 @@ def plan_hetero(cat, m: ModelSpec, cl: ClusterSpec, job: JobSpec, *, micro_batch
         except InputError as ex:
             fail_input(ex)
         note(f"wrote {out}")
-    doc = hetero_plans_doc(r, max_memory_frac, m, job)
+    doc = hetero_plans_doc(r, max_memory_frac, m, job, cl)
+    if batch_tolerance:
+        doc["search"]["batch_tolerance"] = {"percent": batch_tolerance, "asked": asked, "global_batch": job.global_batch}
     if training is not None:
         doc["plans"][0]["training"] = training
     if fmt is Fmt.table:

@@ -14,6 +14,13 @@ import typer
 
 from baige_plan.cli.values import json_file, micro_batch_list, no_dash, recompute_list, tp_list
 
+
+def _clean(text: str) -> str:
+    """One line, no terminal control characters (an option value or a file name may carry escapes)."""
+    from baige_plan.safe_text import one_line
+    return one_line(text)
+
+
 _NO_TORCH = "baige-plan profile needs PyTorch: pip install 'baige-plan[profile]'"
 
 
@@ -65,7 +72,7 @@ def profile(
         for target in (out,) if refit is not None else (out, raw_path_for(out)):
             check_target(target)
     except InputError as e:
-        typer.echo(f"error: {e}", err=True)
+        typer.echo(f"baige-plan: {_clean(str(e))}", err=True)
         raise typer.Exit(2) from None
     argv = ["--out", str(out), "--devices", str(devices), "--base", base]
     argv += ["--quick"] if quick else []
@@ -76,17 +83,17 @@ def profile(
     if refit is not None:
         argv += ["--refit", str(refit)]
     elif importlib.util.find_spec("torch") is None:
-        typer.echo(f"error: {_NO_TORCH}", err=True)
+        typer.echo(f"baige-plan: profile: {_NO_TORCH}", err=True)
         raise typer.Exit(2)
     from baige_plan.profile import measure
 
     try:
         rc = measure.main(argv)
     except InputError as e:
-        typer.echo(f"error: {e}", err=True)
+        typer.echo(f"baige-plan: {_clean(str(e))}", err=True)
         raise typer.Exit(2) from None
     except RuntimeError as e:       # no CUDA device, too few devices
-        typer.echo(f"error: {str(e).splitlines()[0]}", err=True)
+        typer.echo(f"baige-plan: profile: {_clean(str(e).splitlines()[0])}", err=True)
         raise typer.Exit(2) from None
     if rc:
         raise typer.Exit(rc)
@@ -110,7 +117,8 @@ def _profile_model(model: str, out: Path | None, seq_len: int | None, precision:
     if analytical:
         argv.append("--analytical")
     elif importlib.util.find_spec("torch") is None:
-        typer.echo(f"error: {_NO_TORCH} (or write the analytical numbers: --analytical --chip CHIP)", err=True)
+        typer.echo(f"baige-plan: profile: {_NO_TORCH} (or write the analytical numbers: --analytical --chip CHIP)",
+                   err=True)
         raise typer.Exit(2)
     from baige_plan.profile import layers
 
@@ -119,9 +127,9 @@ def _profile_model(model: str, out: Path | None, seq_len: int | None, precision:
             check_target(out)
         layers.main(argv)
     except (InputError, SpecError, ValueError) as e:
-        typer.echo(f"error: {e}", err=True)
+        typer.echo(f"baige-plan: {_clean(str(e))}", err=True)
         raise typer.Exit(2) from None
     except RuntimeError as e:       # no CUDA device
-        typer.echo(f"error: {str(e).splitlines()[0]}", err=True)
+        typer.echo(f"baige-plan: profile: {_clean(str(e).splitlines()[0])}", err=True)
         raise typer.Exit(2) from None
     sys.stderr.flush()

@@ -37,13 +37,18 @@ def _max_loss(text: str) -> float:
 
 
 def _adds(cat, specs: list[str]):
+    from baige_plan.io.catalog import _short
     from baige_plan.io.topologies import _SHORT
+    from baige_plan.limits import MAX_DEVICES
     from baige_plan.specs.topology import GroupSpec
     out = []
     for spec in specs:
         m = _SHORT.match(spec.strip())
+        if m and (len(m["nodes"]) > 9 or len(m["dpn"]) > 9 or int(m["nodes"]) * int(m["dpn"]) > MAX_DEVICES):
+            raise InputError("--add", _short(spec), f"more than the limit of {MAX_DEVICES:,} devices")
         if not m or int(m["nodes"]) < 1 or int(m["dpn"]) < 1:
-            raise InputError("--add", spec, "expected CHIP:NODESxDEVICES with NODES, DEVICES >= 1 (e.g. a100-sxm4-80g:2x8)")
+            raise InputError("--add", _short(spec), "expected CHIP:NODESxDEVICES with NODES, DEVICES >= 1 "
+                             "(e.g. a100-sxm4-80g:2x8)")
         chip = cat.chip(m["chip"], "--add", spec)
         try:
             out.append(GroupSpec(name=chip.id, chip=chip, nodes=int(m["nodes"]), devices_per_node=int(m["dpn"]),
@@ -176,7 +181,8 @@ def _tables(rep: dict) -> None:
     info.add_column("v")
     info.add_row("new plan", rep["new"]["plan"])
     if rep["fresh"] is not None:
-        info.add_row("fresh plan", rep["fresh"]["plan"] + " (on the surviving nodes in order, as `plan` places it)")
+        info.add_row("fresh plan", "the reference: the fastest plan `plan` finds on the surviving nodes, placed on "
+                     "them in order: " + rep["fresh"]["plan"])
     info.add_row("choice", rep["choice"])
     runs = [f"{g}: " + " ".join(x.rpartition(":")[2] if x.startswith(g + ":") else x for x in v)
             for g, v in rep["new"]["node_map"].items()]

@@ -60,6 +60,8 @@ FLOAT_RULES: dict[str, tuple[float, bool, float]] = {
     "--tolerance": (0.0, True, 1e6),
     # issue 12 (cost/money.py): tokens to train, a deadline in hours, a budget in USD
     "--tokens": (0.0, False, 1e18), "--deadline": (0.0, False, 1e9), "--budget": (0.0, False, 1e15),
+    # issue 18 (search/batch_tolerance.py): percent the global batch may move to split over whole groups
+    "--batch-tolerance": (0.0, True, 50.0),
 }
 
 
@@ -124,6 +126,13 @@ def out_dir_option(ctx, param, value):
     """Callback of --out-dir: a folder, or a path where one can be made (not a file, device or link)."""
     if value is None or ctx.resilient_parsing:
         return value
+    if not str(value).strip():
+        raise _cx.BadParameter("must name a folder, got ''", ctx=ctx, param=param)
+    from baige_plan.safe_text import printable
+    if printable(str(value)) != str(value):
+        raise _cx.BadParameter(f"{_shorten(printable(str(value)))}: a folder name with a control character",
+                               ctx=ctx, param=param)
+    value = Path(value)
     try:
         os.lstat(value)
     except FileNotFoundError:
@@ -274,7 +283,8 @@ def _shorten(v: str, n: int = 60) -> str:
 
 
 def _flat(text: str) -> str:
-    return " ".join(str(text).split())
+    from baige_plan.safe_text import one_line
+    return one_line(text)
 
 
 def one_line(e: Exception) -> str:

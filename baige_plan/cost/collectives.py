@@ -116,14 +116,25 @@ def _group_op_curves(group: GroupSpec, n: int, g: int, nodes: int, flat: bool, b
     every device is in one group of each dimension and the groups of a dimension communicate together,
     so a node's devices share its NICs (what a per-device NIC figure assumes)."""
     return _op_curves(scaleup_curves(group), nic_curves(group), group.devices_per_node, n, g, nodes, flat, buckets,
-                      su_busbw)
+                      su_busbw, group.nics_per_node or group.devices_per_node)
 
 
 @functools.lru_cache(maxsize=8192)
 def _op_curves(su: LinkCurves | None, nic: LinkCurves | None, dpn: int, n: int, g: int, nodes: int, flat: bool,
-               buckets: int, su_busbw: float) -> tuple[OpCurve, ...]:
+               buckets: int, su_busbw: float, nics: int | None = None) -> tuple[OpCurve, ...]:
     """`_group_op_curves` as a pure function of values (memoised: the search asks the same groups again
-    and again; the key is the curves' contents, so equal inputs give equal answers)."""
+    and again; the key is the curves' contents, so equal inputs give equal answers).
+
+    Hierarchical rings (issue 18): NCCL opens one ring channel per NIC, and each channel's node-contiguous ring
+    crosses a node boundary on one connection. A node's `nics` NICs are shared by the dpn/g groups of this
+    dimension that communicate at once, so a group crosses on k = max(1, nics * g / dpn) connections while
+    max(1, k * dpn / g) connections of the node send at once: the group's rate is k x the p2p curve measured
+    with that many senders. One NIC per device (nics = dpn, DGX/HGX) gives k = g and every device sending: the
+    g x p2p(dpn senders) of before. A VM whose 4 GPUs share one NIC (GCP a2/n1, topologies/cloud-*) gives a
+    group of 4 ranks one connection at the single-sender rate (Sailor's sync model reads the same curve:
+    eth-easl/sailor runtime_simulator.py estimate_sync_time, sender_gpu_count = 1). Flat: every rank's step
+    crosses the network, all dpn devices sending at once."""
+    nics = dpn if nics is None else nics
     out = []
     for op in (*COLLECTIVE_OPS, "p2p"):
         if nodes == 1:
@@ -143,9 +154,15 @@ def _op_curves(su: LinkCurves | None, nic: LinkCurves | None, dpn: int, n: int, 
         if op == "p2p":
             out.append(OpCurve(op, (CurveTerm(p, 1.0, buckets),)))
             continue
-        # a ring built from p2p steps: each step moves S/n per rank, the node's g ranks of this group
-        # each over their share of the NICs (hierarchical), capped by the scale-up hop
-        inter = CurveTerm(p, 1.0 if flat else float(g), float(buckets * n))
+        # a ring built from p2p steps: each step moves S/n per rank; hierarchical: over the group's k ring
+        # connections crossing the node boundary (see above), capped by the scale-up hop
+        if flat:
+            inter = CurveTerm(p, 1.0, float(buckets * n))
+        else:
+            k = max(1, nics * g // dpn)
+            senders = max(1, min(dpn, k * dpn // g))
+            pk = nic.pick("p2p", 2 * senders, senders) or p
+            inter = CurveTerm(pk, float(k), float(buckets * n))
         if g > 1:
             s = su.pick(op, g, g) if su else None
             terms = (inter, CurveTerm(s, 1.0, buckets)) if s is not None else (inter,)

@@ -60,6 +60,7 @@ from baige_plan.specs.calibration import COMMITTED, Calibration
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
 from baige_plan.specs.profile import LayerProfile
+from baige_plan.specs.runtime import FUSED_KERNELS, UnfusedKernels
 from baige_plan.specs.strategy import StrategySpec, check_strategy, stage_layers
 from baige_plan.specs.topology import ClusterSpec, GroupSpec
 
@@ -215,6 +216,30 @@ def _gemm_set(model: ModelSpec, s: StrategySpec, seq_len: int, moe_layer: bool) 
     return lin, att
 
 
+def unfused_layer_bytes(model: ModelSpec, s: StrategySpec, seq: int, tokens: float, std: bool, act_bytes: int,
+                        out_b: float, core_b: float, uf: UnfusedKernels, hbm_Bps: float) -> tuple[float, float, float]:
+    """(attention-core forward bytes, forward s, backward s) of one layer's memory-bound work when the runtime
+    runs some of it unfused (specs/runtime.py UnfusedKernels, sourced in runtimes/megatron_local.py):
+      standard attention: the torch scale-mask-softmax's bytes per score element (b * heads/tp * s/cp * s
+        scores, as compute.layer_memory_bytes) replace the fused kernel's 2 x act bytes forward, 4 x backward;
+        a dropout's part (2 x act + 1 B per score) stays as costed there;
+      rotary embedding by eager ops on this rank's queries and keys, tokens x (q_dim + kv_dim) / tp elements;
+    the rest (`out_b`) as fused: forward once, backward twice."""
+    drop_b = 0.0
+    if std and (uf.softmax_fwd_bytes or uf.softmax_bwd_bytes):
+        scores = s.micro_batch * (model.heads / s.tp) * (seq / s.cp) * seq
+        drop_b = scores * (2 * act_bytes + 1) if model.dropout > 0 else 0.0
+        core_f, core_bw = scores * uf.softmax_fwd_bytes + drop_b, scores * uf.softmax_bwd_bytes + 2 * drop_b
+    else:
+        core_f, core_bw = core_b, 2 * core_b
+    rope_f = rope_b = 0.0
+    pe = getattr(model, "position_embedding", None) or ("rope" if model.activation == "swiglu" else "learned")
+    if pe == "rope":
+        qk = tokens * (model.q_dim + model.kv_dim) / s.tp
+        rope_f, rope_b = qk * uf.rope_fwd_bytes, qk * uf.rope_bwd_bytes
+    return core_f, (out_b + core_f + rope_f) / hbm_Bps, (2 * out_b + core_bw + rope_b) / hbm_Bps
+
+
 def _placement_per_node(dpn: int, inner: int, size: int) -> int:
     """Ranks of a group per node when the group's stride is `inner` (Megatron order tp, cp, dp, pp)."""
     if inner >= dpn:
@@ -244,6 +269,10 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
     out_b, core_b = layer_memory_bytes(model, tokens, s.micro_batch, seq, s.tp, s.cp, sp, std, act_bytes, moe)
     m_f = (out_b + core_b) / r.hbm_Bps
     m_b = 2 * m_f
+    uf = runtimes.get(s.runtime).unfused
+    if uf != FUSED_KERNELS:
+        # work the runtime runs as separate torch ops (specs/runtime.py UnfusedKernels; runtimes/megatron_local.py)
+        core_b, m_f, m_b = unfused_layer_bytes(model, s, seq, tokens, std, act_bytes, out_b, core_b, uf, r.hbm_Bps)
     if mt is not None:
         # routing + token permutation of the fused dispatcher (cost/moe.py); eager
         # execution replaces m_f/m_b with its measured traffic below
@@ -431,6 +460,20 @@ def homogeneous_pp_link(group: GroupSpec, s: StrategySpec) -> C.Link:
     return C.nic_p2p_link(group, per_node=min(stride, group.devices_per_node))
 
 
+def engine_precision(group: GroupSpec, precision: str, runtime: str) -> str:
+    """The precision a `precision` job's matrix products run in on `group` under `runtime` (issue 18).
+    fp32 storage (fp32, tf32 jobs) maps per chip: the group's `fp32_matmul` when set, else tf32 for a tf32 job and
+    the runtime's stack default for an fp32 job (RuntimeSpec.fp32_matmul: Megatron/FlagScale in NGC containers
+    run TF32); a chip without TF32 (V100: Volta has no TF32, NVIDIA V100 whitepaper) runs IEEE fp32 instead of
+    being dropped. Other precisions are unchanged. Storage, memory and traffic stay the job's (4-byte)."""
+    if precision not in FP32_PRECISIONS:
+        return precision
+    want = group.fp32_matmul or ("tf32" if precision == "tf32" else runtimes.get(runtime).fp32_matmul)
+    if want == "tf32" and group.chip.peak_tflops.get("tf32") is None:
+        return "fp32"
+    return want
+
+
 def strategy_rates(chip, precision: str, s: StrategySpec, calibration: Calibration | None = None) -> ChipRates:
     """The chip's rates as strategy `s` runs on it: its calibrated GEMM efficiency (specs/calibration.py) and the
     fused-attention kernel of the strategy, or of its runtime."""
@@ -445,7 +488,7 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
     """Cost of pipeline stage `index` (layers [first_layer, first_layer + n_layers)) on `group`,
     per micro-batch, plus its memory. `p2p_links` = (link to the previous stage, link to the next)
     for heterogeneous pipelines; default: both from `homogeneous_pp_link`."""
-    r = strategy_rates(group.chip, job.precision, s, calibration)
+    r = strategy_rates(group.chip, engine_precision(group, job.precision, s.runtime), s, calibration)
     seq = job.seq_len
     dpn = group.devices_per_node
     tokens = s.micro_batch * seq / s.cp
@@ -657,7 +700,8 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
     groups = comm_groups(s.tp, s.cp, s.dp, s.pp, s.ep, s.etp)
     full_rc = s.recompute == "full"
     other = reserve_bytes(mem, allocated, groups)   # unreclaimable allocator fragmentation + context + NCCL
-    opt_rate = adam_bytes_per_param(job.precision) / r.hbm_Bps
+    # the fused Adam step's bytes, plus what an unfused optimizer moves beyond them (UnfusedKernels: torch AdamW)
+    opt_rate = (adam_bytes_per_param(job.precision) + rt.unfused.optimizer_extra_bytes) / r.hbm_Bps
     if entry is not None and entry.optimizer_s_per_param is not None:
         opt_rate = entry.optimizer_s_per_param
     sources = (("compute", join_sources(src_c or {ANALYTICAL})),
@@ -823,7 +867,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, s: StrategySp
         if traffic.exposed_s >= dp_exposed:
             dp_exposed, dp_total = traffic.exposed_s, traffic.total_s
     # Optimizer step: memory-bound Adam over the locally owned (ZeRO-sharded) parameters.
-    r = ChipRates.of(group.chip, job.precision)
+    r = ChipRates.of(group.chip, engine_precision(group, job.precision, s.runtime))
     opt_s = 0.0
     for st in stages:
         owned = st.dense_params / (s.dp * s.cp if s.zero >= 1 else 1) + st.expert_params / (s.edp if s.zero >= 1 else 1)

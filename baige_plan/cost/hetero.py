@@ -9,7 +9,10 @@ DP gradient sync for the layers of stage i: reduce-scatter/all-reduce among the 
 the shape (intra-group), then, when other shapes also hold those layers, an all-reduce of the
 shards among the k shapes over the slowest path between their groups (bridge when families
 differ: the node's bridge bandwidth shared by its devices) -- hierarchical, as Baige keeps heavy
-traffic inside a family. Overlapped with the last backward like homogeneous DP.
+traffic inside a family. Scheduled as the runtime runs it (RuntimeSpec.grad_sync): overlapped with the last
+micro-batch's backward (Megatron/FlagScale --overlap-grad-reduce) or issued after it; stage i ends
+sum_{j<i} t_b,j before stage 0 (1F1B cool-down), and that lead hides the rest (DpTraffic.tail_s), as in the
+homogeneous estimate.
 Step: T = max_j (T_j + exposed DP_j) + optimizer. Shapes with fewer micro-batches finish early:
 that idle time is the straggler cost of an uneven batch split.
 """
@@ -27,6 +30,7 @@ from baige_plan.cost.estimate import (
     StageCost,
     _bottleneck,
     dp_traffic,
+    engine_precision,
     optimizer_rate,
     stage_cost,
 )
@@ -113,13 +117,20 @@ def estimate_pipelines(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: 
     crit = None
     for sh, costs, pipe in shapes:
         dp_exposed = 0.0
-        for st, c, s in zip(sh.stages, costs, strategies[id(sh)], strict=True):
+        vpp = p.knob(sh, "vpp")
+        for i, (st, c, s) in enumerate(zip(sh.stages, costs, strategies[id(sh)], strict=True)):
             g = cluster.group(st.group)
-            dkey = ("dp", g.name, s, c, sh.micro_batches)
+            # 1F1B cool-down, as the homogeneous estimate: the last micro-batch's backward runs on stage i, then on
+            # i-1 ... 0, so stage i ends sum_{j<i} t_b,j before stage 0, which finishes
+            # last; what stage i's reduction exposes past its own end hides under that lead (DpTraffic.tail_s).
+            # Whether the reduction starts under the last backward (Megatron/FlagScale --overlap-grad-reduce) or
+            # after it (DeepSpeed's pipeline engine) is the runtime's GradSync (dp_traffic).
+            tail = sum(o.bwd_s for o in costs[:i]) / vpp
+            dkey = ("dp", g.name, s, c, sh.micro_batches, tail)
             if cache is not None and dkey in cache:
                 traffic = cache[dkey]
             else:
-                traffic = dp_traffic(c, g, s, job, sh.micro_batches)
+                traffic = dp_traffic(c, g, s, job, sh.micro_batches, tail_s=tail)
                 if cache is not None:
                     cache[dkey] = traffic
             # cross-shape sync of this stage's layers (hierarchical: shards after the intra reduce)
@@ -151,7 +162,8 @@ def estimate_pipelines(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: 
     opt_s = 0.0
     for s_, costs_, _ in shapes:
         for st, c in zip(s_.stages, costs_, strict=True):
-            r = ChipRates.of(cluster.group(st.group).chip, job.precision)
+            gst = cluster.group(st.group)
+            r = ChipRates.of(gst.chip, engine_precision(gst, job.precision, p.runtime))
             owned = (c.dense_params + c.expert_params) / (s_.replicas * p.knob(s_, "cp") if p.knob(s_, "zero") >= 1
                                                           else 1)
             opt_s = max(opt_s, owned * optimizer_rate(c, r))   # measured profile or Adam bytes / HBM
@@ -159,7 +171,9 @@ def estimate_pipelines(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: 
 
     used = p.devices_by_group()
     devices = sum(used.values())
-    peak_sum = sum(n * ChipRates.of(cluster.group(gname).chip, job.precision).peak_flops for gname, n in used.items())
+    peak_sum = sum(n * ChipRates.of(cluster.group(gname).chip,
+                                    engine_precision(cluster.group(gname), job.precision, p.runtime)).peak_flops
+                   for gname, n in used.items())   # MFU against the peak of the engine each group runs
     tokens = job.global_batch * job.seq_len
     mflops = megatron_model_flops(model, job.global_batch, job.seq_len)
     hw = sum(c.hw_flops * s_.micro_batches * s_.replicas * st.tp * p.knob(s_, "cp")

@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass
 
 from baige_plan.errors import InputError
+from baige_plan.limits import MAX_PRICE_USD
 from baige_plan.specs.topology import ClusterSpec, GroupSpec
 
 PAYS_FOR = ("usd: the devices the plan uses, for the hours it runs (idle devices released); "
@@ -51,8 +52,9 @@ def parse_price_options(opts: list[str] | None, flag: str = "--price") -> dict[s
             usd = float(val)
         except ValueError:
             raise InputError(flag, raw, f"{val!r} is not a number (USD per device-hour)") from None
-        if not math.isfinite(usd) or usd < 0:
-            raise InputError(flag, raw, f"USD per device-hour must be a finite number >= 0, got {val}")
+        if not math.isfinite(usd) or not 0 <= usd <= MAX_PRICE_USD:
+            raise InputError(flag, raw, f"USD per device-hour must be a number from 0 to {MAX_PRICE_USD:,.0f}, "
+                             f"got {val}")
         if key in out:
             raise InputError(flag, raw, f"{key} is priced twice")
         out[key] = usd

@@ -61,8 +61,7 @@ class Catalog:
             return load_chip_file(p)        # a folder, device or pipe is refused there, naming the path
         found = self.find("chips", ref)
         if found is None:
-            known = ", ".join(self.names("chips"))
-            raise InputError(source, field, f"unknown chip {_short(ref)} (known: {known})")
+            raise InputError(source, field, f"unknown chip {_short(ref)}{did_you_mean(ref, self.names('chips'))}")
         return load_chip_file(found)
 
     # -- models --------------------------------------------------------------------------
@@ -80,8 +79,8 @@ class Catalog:
                 return load_model_file(p)
             if p.suffix in _EXTS:
                 raise InputError(ref, "", "file not found")
-            raise InputError("MODEL", "", f"unknown model {_short(ref)}: not a file and not a catalog model "
-                             f"(known: {', '.join(self.names('models'))})")
+            raise InputError("MODEL", "", f"unknown model {_short(ref)}: not a file and not a catalog model"
+                             f"{did_you_mean(ref, self.names('models'))}")
         return load_model_file(found)
 
     # -- clusters ------------------------------------------------------------------------
@@ -102,8 +101,35 @@ class Catalog:
             return load_topology_file(p, self.chip), False
         if p.suffix in _EXTS:
             raise InputError(ref, "", "file not found")
-        raise InputError("CLUSTER", "", f"{_short(ref)} is not a topology file, a catalog topology "
-                         f"({', '.join(self.names('topologies'))}) or CHIP:NODESxDEVICES[+...] shorthand")
+        if ":" in ref:          # shorthand with an unknown chip: name the chip, with a suggestion
+            for i, part in enumerate(ref.split("+")):
+                m = _CHIP_PART.match(part.strip())
+                if m and self.find("chips", m[1]) is None and file_kind(m[1]) is None:
+                    raise InputError("CLUSTER", f"part {i + 1}", f"unknown chip {_short(m[1])}"
+                                     f"{did_you_mean(m[1], self.names('chips'))}")
+        raise InputError("CLUSTER", "", f"{_short(ref)} is not a topology file, a catalog topology or "
+                         f"CHIP:NODESxDEVICES[+...] shorthand{did_you_mean(ref, self.names('topologies'))}")
+
+
+_CHIP_PART = re.compile(r"^([^:]+):[^:]*$")
+
+
+def did_you_mean(ref: str, names: list[str], n: int = 4) -> str:
+    """`: did you mean 'h100-sxm5-80g'?` for a near-miss name (difflib, plus names starting with or
+    containing it, case-insensitive); else the known names (at most 40)."""
+    import difflib
+    low = ref.strip().lower()
+    lowmap = {x.lower(): x for x in names}
+    close = [lowmap[x] for x in difflib.get_close_matches(low, list(lowmap), n=n, cutoff=0.6)]
+    if low and len(low) >= 2:
+        close += [x for x in names if x.lower().startswith(low) and x not in close]
+        close += [x for x in names if low in x.lower() and x not in close]
+    close = close[:n]
+    if close:
+        return "; did you mean " + " or ".join(repr(x) for x in close) + "?"
+    shown = names[:40]
+    more = f", ... ({len(names)} in all)" if len(names) > len(shown) else ""
+    return f" (known: {', '.join(shown)}{more})" if names else ""
 
 
 def check_roots(extra: list[str] | tuple[str, ...] = ()) -> None:

@@ -160,7 +160,9 @@ def chip_from_doc(doc: Any, src: str) -> ChipSpec:
     peaks_d = check_keys(top["peak_tflops"], src, "peak_tflops", set(), set(DTYPES))
     peaks = {k: _sourced(peaks_d, k, src, "peak_tflops", cites) for k in DTYPES if k in peaks_d}
     mem = check_keys(top["memory"], src, "memory", {"capacity_GB", "usable_gib", "hbm_GBps"}, {"type"})
-    _sourced(mem, "capacity_GB", src, "memory", cites)
+    cap = _sourced(mem, "capacity_GB", src, "memory", cites)
+    if cap is not None and not 0 < cap <= 1e6:      # informational beside usable_gib, but never a negative size
+        raise InputError(src, "memory.capacity_GB.value", f"must be > 0 and at most 1e6 GB or null, got {cap:g}")
     su = check_keys(top["scaleup"], src, "scaleup", {"kind", "GBps_per_dir", "devices_per_node"},
                     {"tech", "p2p_GBps_per_dir"})
     kind = get_typed(su, "kind", src, "scaleup", (str,))

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from baige_plan import __version__
-from baige_plan.cost.estimate import Estimate
+from baige_plan.cost.estimate import Estimate, engine_precision
 from baige_plan.io.bands import band_for
 from baige_plan.io.models import model_to_dict
 from baige_plan.io.plans import PLAN_SCHEMA, PLANS_SCHEMA, _sha, cluster_doc, job_doc
@@ -21,12 +21,22 @@ from baige_plan.specs.topology import ClusterSpec
 SOLVER = "OR-Tools CP-SAT over layer splits and batch shares per pipeline template + exact-model polish"
 
 
+def matmul_precisions(p: PipelinesSpec, cluster: ClusterSpec, job: JobSpec) -> dict[str, str]:
+    """The precision each used group runs the job's matrix products in (cost/estimate.py engine_precision):
+    e.g. an fp32 job on Megatron/FlagScale runs TF32 on A100 and IEEE fp32 on V100."""
+    return {g: engine_precision(cluster.group(g), job.precision, p.runtime) for g in sorted(p.devices_by_group())}
+
+
 def hetero_estimate_dict(e: Estimate, p: PipelinesSpec, standalone: dict[str, float],
-                         idle: tuple[tuple[str, int, str], ...] = (), band: tuple[float, float] | None = None) -> dict:
+                         idle: tuple[tuple[str, int, str], ...] = (), band: tuple[float, float] | None = None,
+                         matmul: dict[str, str] | None = None) -> dict:
     """The contract estimate plus, for plans on several groups, `heterogeneous_efficiency` (SPEC §4),
     the per-group standalone throughputs it comes from, per-shape times and the bridge traffic. `band`: its
-    step_time_band_s (io/bands.py band_for, from the class of the plan's strategy summary)."""
+    step_time_band_s (io/bands.py band_for, from the class of the plan's strategy summary). `matmul`: each
+    group's matmul precision (matmul_precisions)."""
     d = estimate_dict(e, band)
+    if matmul:
+        d["matmul_precision"] = dict(matmul)
     d["heterogeneous_efficiency"] = rnd(heterogeneous_efficiency(e.tokens_per_s, standalone))
     d["standalone_tokens_per_s"] = {g: rnd(v) for g, v in sorted(standalone.items())}
     d["devices_used"] = dict(sorted(p.devices_by_group().items()))
@@ -73,16 +83,19 @@ def hetero_plan_doc(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, r: Het
                    "sha256": {"model": _sha(mdoc), "cluster": _sha(cdoc), "job": _sha(jdoc)}},
         "strategy": Flow(strategy_dict(e.strategy, e.global_batch)),
         "pipelines": hetero_pipelines_doc(p, e),
-        "estimate": hetero_estimate_dict(e, p, r.standalone, r.idle, band_for(e.step_time_s, model, job, e.strategy)),
+        "estimate": hetero_estimate_dict(e, p, r.standalone, r.idle, band_for(e.step_time_s, model, job, e.strategy),
+                                         matmul_precisions(p, cluster, job)),
         "placement": [Flow(x.as_dict()) for x in slots],
         "search": _search_doc(r, True, max_memory_frac),
     }
 
 
 def hetero_plans_doc(r: HeteroResult, max_memory_frac: float, model: ModelSpec | None = None,
-                     job: JobSpec | None = None) -> dict:
+                     job: JobSpec | None = None, cluster: ClusterSpec | None = None) -> dict:
     band = (band_for(r.estimate.step_time_s, model, job, r.estimate.strategy)
             if model is not None and job is not None else None)
-    d = hetero_estimate_dict(r.estimate, r.pipelines, r.standalone, r.idle, band)
+    d = hetero_estimate_dict(r.estimate, r.pipelines, r.standalone, r.idle, band,
+                             matmul_precisions(r.pipelines, cluster, job) if cluster is not None and job is not None
+                             else None)
     d["pipelines"] = hetero_pipelines_doc(r.pipelines, r.estimate)
     return {"schema": PLANS_SCHEMA, "plans": [d], "search": _search_doc(r, False, max_memory_frac)}

@@ -35,7 +35,11 @@ Approximations (the estimate is a planning model, not a parameter-exact replica)
   than 32768 tokens (e.g. 131072 for Llama 3.1) are replaced by 8192, a typical pre-training
   length; the user sets the real one with `--seq-len`. With no length key at all (BLOOM uses
   ALiBi) the default is 2048.
-- Biases, norms and position embeddings are ignored (ModelSpec has no field for them).
+- Build fields (what a runtime needs to build the same model; io/hf_build.py maps them):
+  position_embedding, rope_theta (rope_theta | rope_parameters.rope_theta | rotary_emb_base), rope_scaling,
+  norm, norm_eps (rms_norm_eps | layer_norm_eps | layer_norm_epsilon), qk_norm, qkv_bias, linear_bias,
+  moe.norm_topk_prob, moe.shared_expert_gate. A key the config leaves out stays unset (the runtime's default
+  applies), except what the model type's transformers code fixes (norm kind, qk-norm, hard-wired biases).
 - OPT: `word_embed_proj_dim` / project_in / project_out are ignored (the embedding is taken as
   hidden wide; true for opt-1.3b and larger, not for opt-350m). ReLU MLPs are modelled as the
   two-matrix `gelu` shape (same FLOPs and weights).
@@ -55,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from baige_plan.errors import InputError, SpecError
+from baige_plan.io.hf_build import build_fields, moe_build_fields
 from baige_plan.io.yamlio import kind_of, read_json
 from baige_plan.specs.model import ModelSpec, MoESpec
 
@@ -190,7 +195,8 @@ def _moe(r: _Reader, model_type: str, layers: int) -> MoESpec | None:
                          f"decoder_sparse_step={layer_freq} leaves no MoE layer of {layers}")
     try:
         return MoESpec(experts=experts, top_k=top_k, expert_ffn_hidden=eff, shared_experts=shared,
-                       layer_freq=layer_freq, first_dense_layers=first_dense)
+                       layer_freq=layer_freq, first_dense_layers=first_dense,
+                       **moe_build_fields(r.cfg, r.src, model_type, shared > 0))
     except SpecError as e:
         raise InputError(r.src, e.field, e.reason) from None
 
@@ -225,18 +231,45 @@ def hf_config_to_model(cfg: Any, src: str, name: str | None = None) -> ModelSpec
     moe = _moe(r, model_type, layers)
 
     if name is None:
-        nop = cfg.get("_name_or_path")
-        if isinstance(nop, str) and nop.strip():
-            # a hub id ("org/model") is kept; a local path is reduced to its last part
-            name = Path(nop.rstrip("/")).name if nop.startswith(("/", ".", "~")) else nop.strip()
-    name = name or Path(src).resolve().parent.name or "hf-model"
+        for key in ("_name_or_path", "name_or_path"):
+            nop = cfg.get(key)
+            if isinstance(nop, str) and nop.strip():
+                # a hub id ("org/model") is kept; a local path is reduced to its last part
+                name = Path(nop.rstrip("/")).name if nop.startswith(("/", ".", "~")) else nop.strip()
+                break
     try:
-        return ModelSpec(name=name, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
-                         head_dim=head_dim, ffn_hidden=ffn, vocab=vocab, seq_len=seq_len,
-                         activation=activation, tie_embeddings=tie, dropout=_dropout(r), moe=moe,
-                         source=f"Hugging Face config.json ({model_type}): {src}")
+        m = ModelSpec(name=name or model_type, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
+                      head_dim=head_dim, ffn_hidden=ffn, vocab=vocab, seq_len=seq_len,
+                      activation=activation, tie_embeddings=tie, dropout=_dropout(r), moe=moe,
+                      source=f"Hugging Face config.json ({model_type}): {src}",
+                      **build_fields(cfg, src, model_type))
     except SpecError as e:
-        raise InputError(src, e.field, e.reason) from None
+        raise InputError(src, _json_key(e.field, cfg), e.reason) from None
+    if not name:        # issue 19: named from the config (model type and size), never after its folder
+        from dataclasses import replace
+
+        from baige_plan.cost.params import total_params
+        n = total_params(m)
+        size = f"{n / 1e9:.3g}b" if n >= 1e9 else f"{n / 1e6:.3g}m"
+        m = replace(m, name=f"{model_type}-{size}")
+    return m
+
+
+# ModelSpec field -> the config.json keys it is read from (errors name the key the user wrote, issue 19)
+_JSON_KEYS = {"layers": ("num_hidden_layers", "n_layer"), "hidden": ("hidden_size", "n_embd"),
+              "heads": ("num_attention_heads", "n_head"), "kv_heads": ("num_key_value_heads",),
+              "head_dim": ("head_dim",), "ffn_hidden": ("intermediate_size", "ffn_dim", "n_inner"),
+              "vocab": ("vocab_size",), "seq_len": ("max_position_embeddings", "n_positions", "seq_length"),
+              "moe.experts": ("num_local_experts", "num_experts"), "moe.top_k": ("num_experts_per_tok",),
+              "moe.expert_ffn_hidden": ("moe_intermediate_size", "intermediate_size"),
+              "dropout": ("attention_dropout", "hidden_dropout", "resid_pdrop")}
+
+
+def _json_key(field: str, cfg: dict) -> str:
+    """`hidden_size (hidden)`: the config's own key for a ModelSpec field, the internal name beside it."""
+    keys = _JSON_KEYS.get(field, ())
+    key = next((k for k in keys if k in cfg), keys[0] if keys else None)
+    return f"{key} ({field})" if key and key != field else field
 
 
 def load_hf_config(path: str | Path) -> ModelSpec:

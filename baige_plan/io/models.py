@@ -7,14 +7,17 @@ from typing import Any
 
 from baige_plan.errors import InputError, SpecError
 from baige_plan.io.yamlio import check_keys, expect_schema, read_document
-from baige_plan.specs.model import ModelSpec, MoESpec
+from baige_plan.specs.model import BUILD_FIELDS, ModelSpec, MoESpec, RopeScalingSpec
 
 SCHEMA = "baige-plan/model/v1"
 _REQUIRED = {"schema", "name", "layers", "hidden", "heads", "ffn_hidden", "vocab"}
 _OPTIONAL = {"seq_len", "kv_heads", "head_dim", "activation", "tie_embeddings", "dropout", "moe", "source", "notes",
-             "params_b"}
+             "params_b", *BUILD_FIELDS}
 _MOE_REQUIRED = {"experts", "top_k", "expert_ffn_hidden"}
-_MOE_OPTIONAL = {"shared_experts", "layer_freq", "first_dense_layers"}
+_MOE_OPTIONAL = {"shared_experts", "layer_freq", "first_dense_layers", "norm_topk_prob", "shared_expert_gate"}
+_MOE_BUILD = ("norm_topk_prob", "shared_expert_gate")   # written only when set (plan files stay unchanged)
+_ROPE_REQUIRED = {"rope_type", "factor"}
+_ROPE_OPTIONAL = {"low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}
 _INT_FIELDS = ("layers", "hidden", "heads", "ffn_hidden", "vocab", "seq_len", "kv_heads", "head_dim")
 
 
@@ -37,16 +40,24 @@ def model_from_dict(d: Any, src: str, *, check_schema: bool = True) -> ModelSpec
     if d.get("moe") is not None:
         m = check_keys(d["moe"], src, "moe", _MOE_REQUIRED, _MOE_OPTIONAL)
         for k in m:
-            _int(m, k, src, "moe.")
+            if k not in _MOE_BUILD:
+                _int(m, k, src, "moe.")
         try:
             moe = MoESpec(**m)
         except SpecError as e:
             raise InputError(src, e.field, e.reason) from None
-    kw = {k: v for k, v in d.items() if k not in ("schema", "moe", "notes", "params_b")}
+    rope_scaling = None
+    if d.get("rope_scaling") is not None:
+        r = check_keys(d["rope_scaling"], src, "rope_scaling", _ROPE_REQUIRED, _ROPE_OPTIONAL)
+        try:
+            rope_scaling = RopeScalingSpec(**r)
+        except SpecError as e:
+            raise InputError(src, e.field, e.reason) from None
+    kw = {k: v for k, v in d.items() if k not in ("schema", "moe", "notes", "params_b", "rope_scaling")}
     if "source" in kw and not isinstance(kw["source"], str):
         raise InputError(src, "source", "must be a string (citation)")
     try:
-        return ModelSpec(moe=moe, **kw)
+        return ModelSpec(moe=moe, rope_scaling=rope_scaling, **kw)
     except SpecError as e:
         raise InputError(src, e.field, e.reason) from None
     except TypeError as e:
@@ -63,9 +74,26 @@ def model_to_dict(m: ModelSpec) -> dict:
         d["moe"] = {"experts": m.moe.experts, "top_k": m.moe.top_k, "expert_ffn_hidden": m.moe.expert_ffn_hidden,
                     "shared_experts": m.moe.shared_experts, "layer_freq": m.moe.layer_freq,
                     "first_dense_layers": m.moe.first_dense_layers}
+        d["moe"].update({k: getattr(m.moe, k) for k in _MOE_BUILD if getattr(m.moe, k) is not None})
     if m.source:
         d["source"] = m.source
+    d.update(build_dict(m))
     return d
+
+
+def build_dict(m: ModelSpec) -> dict:
+    """The build fields the model records (SPEC §4 model file, issue 17), in BUILD_FIELDS order; none when
+    unset, so plan files of models that record none are byte-identical to before they existed."""
+    out: dict[str, Any] = {}
+    for k in BUILD_FIELDS:
+        v = getattr(m, k)
+        if v is None:
+            continue
+        if k == "rope_scaling":
+            v = {f: getattr(v, f) for f in ("rope_type", "factor", "low_freq_factor", "high_freq_factor",
+                                            "original_max_position_embeddings") if getattr(v, f) is not None}
+        out[k] = v
+    return out
 
 
 def load_model_file(path: str | Path) -> ModelSpec:

@@ -41,6 +41,9 @@ def check_target(path: str | Path) -> tuple[Path, os.stat_result | None]:
     """(the path to write -- symlinks resolved --, its stat or None if it does not exist yet).
     InputError when it exists and is not a regular file."""
     path = Path(path)
+    from baige_plan.safe_text import printable
+    if printable(str(path)) != str(path):        # an escape sequence in a file name reaches every `ls`
+        raise InputError(printable(str(path)), "", "refusing to write: the file name has a control character")
     try:
         st = os.stat(path)                       # follows symlinks
     except FileNotFoundError:

@@ -29,6 +29,8 @@ _EST_OPTIONAL = {"memory_capacity_gib", "max_memory_frac", "memory_margin_gib", 
                  # plans on several groups (io/hetero_plans.py)
                  "heterogeneous_efficiency", "standalone_tokens_per_s", "devices_used", "idle_devices", "shapes",
                  "bridge_traffic",
+                 # each used group's matmul precision (cost/estimate.py engine_precision, issue 18)
+                 "matmul_precision",
                  # which parts are measured (--profile, specs/profile.py) and which analytical
                  "sources",
                  # time and money to train --tokens (cost/money.py, issue 12)
@@ -38,7 +40,7 @@ _EST_OPTIONAL = {"memory_capacity_gib", "max_memory_frac", "memory_margin_gib", 
 _BREAKDOWN = {"compute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "pp_bubble", "dp_comm_exposed", "optimizer"}
 _MEMORY = {"weights", "grads", "optimizer", "activations", "other"}
 _SEARCH = {"candidates", "feasible", "seconds", "solver", "status", "gap", "evaluated", "max_memory_frac",
-           "runners_up"}
+           "runners_up", "batch_tolerance"}
 _RUNNER = {"strategy", "step_time_s", "mfu", "peak_memory_gib", "bottleneck"}
 _PLACEMENT = {"rank", "group", "node", "device", "pipeline", "replica", "stage", "tp_rank", "cp_rank"}
 
@@ -143,6 +145,55 @@ def validate_plan_file(path: str | Path, doc: Any = None, step: Callable[[str], 
     doc = read_plan(path, doc)
     tell(f"{src}: checking the stored estimate, search and placement")
     _check_stored(doc, src)
+    _check_cluster_size(doc, src)
     tell(f"{src}: re-estimating the plan as written")
     e, *_ = estimate_plan_full(doc, src)
+    _check_placement(doc, src, e)
     return doc, e
+
+
+def _check_cluster_size(doc: dict, src: str) -> None:
+    """A plan claiming 10^6 nodes is refused before anything is built from it (limits.py)."""
+    from baige_plan.limits import MAX_DEVICES, MAX_DEVICES_PER_NODE
+    inputs = doc.get("inputs")
+    cluster = inputs.get("cluster") if isinstance(inputs, dict) else None
+    groups = cluster.get("groups") if isinstance(cluster, dict) else None
+    if not isinstance(groups, list):
+        return
+    total = 0
+    for i, g in enumerate(groups):
+        if not isinstance(g, dict):
+            return
+        n, d = g.get("nodes"), g.get("devices_per_node")
+        if isinstance(d, int) and not isinstance(d, bool) and d > MAX_DEVICES_PER_NODE:
+            raise InputError(src, f"inputs.cluster.groups[{i}].devices_per_node", f"{d:,} exceeds the limit of "
+                             f"{MAX_DEVICES_PER_NODE:,} devices in one node")
+        if isinstance(n, int) and isinstance(d, int) and not isinstance(n, bool) and not isinstance(d, bool):
+            total += max(n, 0) * max(d, 0)
+            if total > MAX_DEVICES:
+                raise InputError(src, f"inputs.cluster.groups[{i}].nodes", f"the cluster has more than the limit "
+                                 f"of {MAX_DEVICES:,} devices")
+
+
+def _check_placement(doc: dict, src: str, e: Estimate) -> None:
+    """SPEC §4: every rank exactly once -- ranks 0..N-1, N the devices the plan runs on, no device twice."""
+    rows = doc["placement"]
+    used = e.devices - sum(int(n) for n in (getattr(e, "idle_devices", None) or {}).values()) \
+        if isinstance(getattr(e, "idle_devices", None), dict) else e.devices
+    if not rows:
+        raise InputError(src, "placement", f"is empty: the plan runs {used:,} ranks, each needs its device")
+    if len(rows) != used:
+        raise InputError(src, "placement", f"has {len(rows):,} rows, the plan runs {used:,} ranks (one row each)")
+    ranks, devs = set(), set()
+    for i, p in enumerate(rows):
+        if p["rank"] in ranks:
+            raise InputError(src, f"placement[{i}].rank", f"rank {p['rank']} is placed twice")
+        if p["rank"] >= len(rows):
+            raise InputError(src, f"placement[{i}].rank", f"{p['rank']} is out of range: ranks are 0-{len(rows) - 1}")
+        ranks.add(p["rank"])
+        if not isinstance(p["group"], str):
+            raise InputError(src, f"placement[{i}].group", f"expected a group name, got {kind_of(p['group'])}")
+        key = (p["group"], p["node"], p["device"])
+        if key in devs:
+            raise InputError(src, f"placement[{i}]", f"device {p['group']}:{p['node']}:{p['device']} hosts two ranks")
+        devs.add(key)

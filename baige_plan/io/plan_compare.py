@@ -1,6 +1,6 @@
 """Compare two plan documents (for `diff` and `check`): strategy, pipeline stages, estimate, inputs, placement.
 
-Inputs "that matter" for `check`: the model's architecture (not its name, source or notes), the
+Inputs "that matter" for `check`: the model's architecture (not its name, source, notes or build fields), the
 job (batch, sequence length, precision) and the cluster's shape (groups' chips, nodes, devices per
 node, bandwidth overrides, bridges). A changed chip *calibration* (numbers inside the embedded chip
 document) is reported but is not by itself a regression: its effect shows in the step time.
@@ -10,7 +10,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from baige_plan.specs.model import BUILD_FIELDS
+
 _MODEL_IGNORE = {"name", "source", "notes", "schema"}
+# build fields (position, rotary, norm, biases, router: specs/model.py) do not enter the cost model: a change is
+# reported, not a regression (a catalog model that starts recording them keeps passing its baseline)
+_MOE_BUILD = ("norm_topk_prob", "shared_expert_gate")
+
+
+def _strip(d: dict, keys) -> dict:
+    return {k: v for k, v in d.items() if k not in keys}
+
+
+def _only(d: dict) -> dict:
+    return {k: d[k] for k in _MOE_BUILD if k in d}
+
+
 _EST_KEYS = ("fits", "step_time_s", "tokens_per_s", "mfu", "hfu", "peak_memory_gib", "micro_batches")
 
 
@@ -48,7 +63,12 @@ def input_changes(a: dict, b: dict) -> tuple[list[str], list[str]]:
     ma, mb = ia.get("model", {}), ib.get("model", {})
     for k in sorted(set(ma) | set(mb)):
         if ma.get(k) != mb.get(k):
-            (other if k in _MODEL_IGNORE else matter).append(f"model.{k}: {_fmt(ma.get(k))} -> {_fmt(mb.get(k))}")
+            if k == "moe" and isinstance(ma.get(k), dict) and isinstance(mb.get(k), dict) and \
+                    _strip(ma[k], _MOE_BUILD) == _strip(mb[k], _MOE_BUILD):
+                other.append(f"model.moe router fields: {_fmt(_only(ma[k]))} -> {_fmt(_only(mb[k]))}")
+                continue
+            noted = k in _MODEL_IGNORE or k in BUILD_FIELDS
+            (other if noted else matter).append(f"model.{k}: {_fmt(ma.get(k))} -> {_fmt(mb.get(k))}")
     ja, jb = ia.get("job", {}), ib.get("job", {})
     for k in sorted(set(ja) | set(jb)):
         if ja.get(k) != jb.get(k):

@@ -59,6 +59,10 @@ def cluster_doc(cluster: ClusterSpec, chip_docs: dict[str, dict]) -> dict:
             d["scaleup_GBps"] = g.scaleup_GBps
         if g.scaleout_Gbps is not None:
             d["scaleout_Gbps"] = g.scaleout_Gbps
+        if g.nics_per_node is not None:   # NICs the node's devices share (cost/collectives.py _op_curves)
+            d["nics_per_node"] = g.nics_per_node
+        if g.fp32_matmul is not None:   # the group's fp32 matmul engine (issue 18, cost/estimate.py engine_precision)
+            d["fp32_matmul"] = g.fp32_matmul
         if g.price_usd_per_device_hour is not None:   # the group's own price (issue 12, cost/money.py)
             d["price_usd_per_device_hour"] = g.price_usd_per_device_hour
         if g.profile is not None:   # measured per-layer profile, embedded so the plan re-evaluates as written
@@ -462,6 +466,8 @@ def evaluate_plan_file(path: str | Path) -> tuple[dict, bool]:
         from baige_plan.io.hetero_plans import hetero_estimate_dict
         from baige_plan.search.hetero import standalone_throughputs
         frac = float((doc.get("search") or {}).get("max_memory_frac", 1.0))
+        from baige_plan.io.hetero_plans import matmul_precisions
         return hetero_estimate_dict(e, pspec, standalone_throughputs(model, cluster, job, frac),
-                                    band=band_for(e.step_time_s, model, job, e.strategy)), e.fits
+                                    band=band_for(e.step_time_s, model, job, e.strategy),
+                                    matmul=matmul_precisions(pspec, cluster, job)), e.fits
     return estimate_dict(e, band_for(e.step_time_s, model, job, e.strategy)), e.fits

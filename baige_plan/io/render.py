@@ -239,9 +239,9 @@ class Stdout:
         unwrapped is printed, else the last one fitted); anything else as rich prints it. A table's title and
         caption print as lines of their own, wrapped at the width, not the table's."""
         if not isinstance(x, (Table, tuple, list)):
-            self.console.print(x)
+            self.console.print(_clean(x))
             return
-        alts = list(x) if isinstance(x, (tuple, list)) else [x]
+        alts = [_clean_table(a) for a in (list(x) if isinstance(x, (tuple, list)) else [x])]
         t = next((a for a in alts if natural_fits(a, self.width)), alts[-1])
         title, caption = t.title, t.caption
         t.title = t.caption = None
@@ -251,6 +251,25 @@ class Stdout:
             self.console.print(r)
         if caption:
             self.console.print(caption if isinstance(caption, Text) else Text(str(caption)))
+
+
+def _clean(x):
+    """A string or Text with user input in it, control characters escaped (baige_plan/safe_text.py)."""
+    from baige_plan.safe_text import printable
+    if isinstance(x, str):
+        return printable(x)
+    if isinstance(x, Text) and not x.plain.isprintable() and printable(x.plain) != x.plain:
+        return Text(printable(x.plain), style=x.style, justify=x.justify, no_wrap=x.no_wrap)
+    return x
+
+
+def _clean_table(t):
+    if isinstance(t, Table):
+        for col in t.columns:
+            col._cells = [_clean(c) for c in col._cells]
+            col.header = _clean(col.header)
+        t.title, t.caption = _clean(t.title), _clean(t.caption)
+    return t
 
 
 def print_tables(tables: list, prefer: int = 100) -> None:

@@ -282,6 +282,8 @@ def hetero_tables(plan: dict, title: str) -> list[Table]:
                  f"{est.get('heterogeneous_efficiency', 0):.1%} of the sum of each group alone ("
                  + ", ".join(f"{g} {v:,.0f} tokens/s" for g, v in sa.items()) + ")")
     head.add_row("devices used", ", ".join(f"{g} {n}" for g, n in est.get("devices_used", {}).items()))
+    if est.get("matmul_precision"):
+        head.add_row("matmul precision", ", ".join(f"{g} {d}" for g, d in est["matmul_precision"].items()))
     for x in est.get("idle_devices") or []:
         head.add_row("idle devices", f"{x['group']} {x['devices']}: {x['why']}")
     head.add_row("peak memory", f"{est['peak_memory_gib']:.1f} GiB of {est.get('memory_capacity_gib', 0):g} GiB")

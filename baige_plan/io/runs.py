@@ -12,6 +12,7 @@ reserved_memory_gib]}.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -300,8 +301,8 @@ def _opt_number(d: dict, key: str, src: str, path: str) -> float | None:
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise InputError(src, f"{path}.{key}", f"expected a number, got {v!r}")
-    if v < 0:
-        raise InputError(src, f"{path}.{key}", f"must be >= 0, got {v!r}")
+    if not math.isfinite(v) or v < 0 or v > 1e12:
+        raise InputError(src, f"{path}.{key}", f"must be a finite number from 0 to 1e12, got {v!r}")
     return float(v)
 
 
@@ -365,7 +366,10 @@ def _case(row: dict, rid: str, md: dict, hw: dict, par: dict, notes: list[str], 
                           scaleout_Gbps=nic if nic else None, chip_ref=chip.id)
         cluster = ClusterSpec(name=f"{chip.id}:{nodes}x{min(dpn, n)}", groups=(group,))
         def par_int(key: str, default: int | None = 1) -> int:
-            return _int_of(par, key, default, src, f"rows[{rid}].parallel")
+            v = _int_of(par, key, default, src, f"rows[{rid}].parallel")
+            if v < 1:       # a parallel size or batch of 0 divides by zero further on (issue 19)
+                raise InputError(src, f"rows[{rid}].parallel.{key}", f"must be a positive integer, got {v!r}")
+            return v
 
         mb = par_int("micro_batch", None) if par.get("micro_batch") is not None else None
         if mb is None:
@@ -430,6 +434,9 @@ def _case(row: dict, rid: str, md: dict, hw: dict, par: dict, notes: list[str], 
         step = _opt_number(der, "step_time_s", src, f"rows[{rid}].derived")
         if step is not None:
             notes.append("step time derived from published TFLOP/s with the paper's FLOP formula")
+    if step is not None and step <= 0:
+        raise InputError(src, f"rows[{rid}].{'results' if res.get('step_time_s') is not None else 'derived'}"
+                         ".step_time_s", f"must be > 0 seconds, got {step!r}")
     mem = res.get("memory_gib")
     states = acts = peak = None
     if isinstance(mem, dict):
@@ -483,4 +490,10 @@ def load_runs(path: str | Path, catalog: Catalog) -> list[RunCase]:
     if len(doc["rows"]) > MAX_RUN_ROWS:
         raise InputError(src, "rows", f"{len(doc['rows']):,} rows exceed the limit of {MAX_RUN_ROWS:,}")
     rows = apply_amendments(doc["rows"], path)      # <name>.amend.yaml beside it (io/run_amends.py)
-    return [case_from_row(r, catalog, src, i) for i, r in enumerate(rows)]
+    cases = [case_from_row(r, catalog, src, i) for i, r in enumerate(rows)]
+    seen: set[str] = set()
+    for c in cases:
+        if c.id in seen:
+            raise InputError(src, f"rows[{c.id}].id", f"id {c.id!r} is used by two rows")
+        seen.add(c.id)
+    return cases

@@ -71,7 +71,8 @@ def cluster_from_dict(d: Any, src: str, resolve_chip: ChipResolver, *, check_sch
     for i, g in enumerate(graw):
         path = f"groups[{i}]"
         g = check_keys(g, src, path, {"name", "chip", "nodes", "devices_per_node"},
-                       {"scaleup_GBps", "scaleout_Gbps", "notes", "links", "profile", "price_usd_per_device_hour"})
+                       {"scaleup_GBps", "scaleout_Gbps", "notes", "links", "profile", "price_usd_per_device_hour",
+                        "fp32_matmul", "nics_per_node"})
         ref = g["chip"]
         if isinstance(ref, dict):
             from baige_plan.io.chips import chip_from_doc  # embedded chip (plan files)
@@ -84,6 +85,10 @@ def cluster_from_dict(d: Any, src: str, resolve_chip: ChipResolver, *, check_sch
         for k in ("scaleup_GBps", "scaleout_Gbps", "price_usd_per_device_hour"):
             if g.get(k) is not None:
                 kw[k] = float(get_typed(g, k, src, path, (int, float)))
+        if g.get("nics_per_node") is not None:   # NICs the node's devices share (cost/collectives.py _op_curves)
+            kw["nics_per_node"] = get_typed(g, "nics_per_node", src, path, (int,))
+        if g.get("fp32_matmul") is not None:   # the group's fp32 matmul engine (cost/estimate.py engine_precision)
+            kw["fp32_matmul"] = get_typed(g, "fp32_matmul", src, path, (str,))
         if "links" in g:
             links = link_domains_from_doc(g["links"], src, f"{path}.links", cites)
             kw.update({f"{k}_curves": v for k, v in links.items()})

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -330,7 +331,11 @@ def main(argv: list[str] | None = None) -> int:
     from baige_plan.specs.profile import RECOMPUTE
 
     cat = Catalog.create(a.catalog)
-    model = cat.model(a.model)
+    from baige_plan.errors import InputError
+    try:
+        model = cat.model(a.model)
+    except InputError as e:         # the catalog names a plan's MODEL argument; here it is --model
+        raise InputError("--model", e.field, e.reason) if e.source == "MODEL" else e from None
     seq = a.seq_len or model.seq_len
     tps, mbs = _ints(a.tp), _ints(a.micro_batch)
     recs = tuple(r.strip() for r in a.recompute.split(",") if r.strip())
@@ -346,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
         if not a.chip:
             raise ValueError("--analytical needs --chip CHIP (whose cost-model numbers to write)")
         from baige_plan.cost.measured import analytical_profile
-        p = analytical_profile(model, cat.chip(a.chip), seq, a.precision, tps, mbs, recs, name=a.name,
+        p = analytical_profile(model, cat.chip(a.chip, "--chip", ""), seq, a.precision, tps, mbs, recs, name=a.name,
                                command=command)
         header = "# The cost model's own per-layer numbers (not a measurement), written by baige-plan profile --analytical"
     else:
@@ -362,9 +367,15 @@ def main(argv: list[str] | None = None) -> int:
         p = profile_from_dict(doc, "<measured>")
         header = f"# Measured per-layer profile written by baige-plan profile --model ({NOTE_TP})"
     text = dump_profile(p, header)
-    out = a.out or Path(f"{p.name}.profile.yaml".replace("/", "_"))
-    out.write_text(text, encoding="utf-8")
-    print(f"wrote {out} ({len(p.entries)} entries)", file=sys.stderr)
+    from baige_plan.io.outfile import write_atomic
+    if a.out is None:       # a name from --name or the model: safe characters only, a length any file system takes
+        stem = re.sub(r"[^\w.@+=-]", "_", p.name, flags=re.ASCII)[:200]
+        out = Path(f"{stem}.profile.yaml")
+    else:
+        out = a.out
+    write_atomic(out, text)     # atomic; refuses a folder, pipe or device; an OS error names the file
+    from baige_plan.safe_text import printable
+    print(f"wrote {printable(str(out))} ({len(p.entries)} entries)", file=sys.stderr)
     return 0
 
 

@@ -338,7 +338,8 @@ def main(argv: list[str] | None = None) -> int:
             raw = read_json(ns.refit)
             write_profile(ns.out, raw, ns.base, ns.catalog, ns.chip_id, write_raw=False, src=str(ns.refit))
         except InputError as e:
-            print(f"error: {e}", file=sys.stderr)
+            from baige_plan.safe_text import one_line
+            print(f"baige-plan: {one_line(str(e))}", file=sys.stderr)
             return 2
         print(f"wrote {ns.out}", file=sys.stderr)
         return 0
@@ -349,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         write_profile(ns.out, raw, ns.base, ns.catalog, ns.chip_id)
     except InputError as e:
-        print(f"error: raw measurements kept in {raw_path_for(ns.out)}; chip file not written: {e}",
+        print(f"baige-plan: {e} (raw measurements kept in {raw_path_for(ns.out)}; chip file not written)",
               file=sys.stderr)
         return 2
     print(f"wrote {ns.out}", file=sys.stderr)

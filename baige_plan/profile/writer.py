@@ -40,7 +40,10 @@ def resolve_base(base: str, catalog: list[str] | tuple[str, ...] = ()) -> tuple[
 
         found = Catalog.create(list(catalog)).find("chips", base)
         if found is None:
-            raise InputError("--base", "", f"unknown chip {base!r}: neither a chip file nor a catalog chip id")
+            from baige_plan.io.catalog import _short, did_you_mean
+            cat = Catalog.create(list(catalog))
+            raise InputError("--base", "", f"unknown chip {_short(base)}: neither a chip file nor a catalog chip id"
+                             f"{did_you_mean(base, cat.names('chips'))}")
         p = found
     doc = read_document(p)
     chip_from_doc(doc, str(p))           # the base must itself be valid

@@ -13,7 +13,8 @@ from types import ModuleType
 from baige_plan.errors import SpecError
 from baige_plan.specs.runtime import RuntimeSpec
 
-NAMES = ("megatron", "deepspeed", "torchtitan", "paddle", "flagscale")   # what `plan` offers
+# what `plan` offers; "megatron-local": Megatron-core without Transformer Engine (runtimes/megatron_local.py)
+NAMES = ("megatron", "deepspeed", "torchtitan", "paddle", "flagscale", "megatron-local")
 BACKTEST_ONLY = ("pytorch",)   # benchmarks/real/harness.py loops: costs our measured runs, never planned
 DEFAULT = "megatron"
 DEFAULT_HETEROGENEOUS = "flagscale"
@@ -22,7 +23,7 @@ DEFAULT_HETEROGENEOUS = "flagscale"
 def module(name: str) -> ModuleType:
     if name not in NAMES + BACKTEST_ONLY:
         raise SpecError("runtime", f"unknown runtime {name!r} (one of {', '.join(NAMES)})")
-    return import_module(f"baige_plan.runtimes.{name}")
+    return import_module(f"baige_plan.runtimes.{name.replace('-', '_')}")   # megatron-local: megatron_local.py
 
 
 def get(name: str) -> RuntimeSpec:

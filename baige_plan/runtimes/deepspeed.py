@@ -123,14 +123,23 @@ from baige_plan.cost.memory import (
     NCCL_GROUP_GIB,
 )
 from baige_plan.errors import SpecError
+from baige_plan.runtimes._build import mds_model_args, recorded
 from baige_plan.runtimes._common import (
+    DATA_VAR,
+    ITERS_VAR,
+    TOKENIZER_VAR,
     Export,
     ExportFile,
+    VersionCheck,
     arg_lines,
     common_caveats,
+    data_lines,
     hostfile_file,
     plan_info,
+    slurm_file,
+    version_check_lines,
 )
+from baige_plan.runtimes.megatron import TRAINING_ARGS
 from baige_plan.specs.runtime import NO_GRAD_ACCUM, GradAccum, GradSync, MemorySemantics, RuntimeSpec
 
 VERSION = "0.19.8"
@@ -348,7 +357,12 @@ def megatron_deepspeed_args(doc: dict) -> tuple[list[tuple[str, object]], list[s
     if head_dim * heads != hidden:
         a.append(("--kv-channels", head_dim))
     a += [("--seq-length", seq), ("--max-position-embeddings", max(seq, model.get("seq_len") or seq))]
-    if model.get("activation", "swiglu") == "swiglu":
+    if recorded(model):   # position, rotary base, norm and epsilon, biases as recorded (runtimes/_build.py)
+        build, build_caveats, build_note = mds_model_args(model)
+        a += build
+        caveats += build_caveats
+        notes.append(build_note)
+    elif model.get("activation", "swiglu") == "swiglu":
         a += [("--swiglu", None), ("--normalization", "rmsnorm"), ("--use-rotary-position-embeddings", None),
               ("--no-position-embedding", None), ("--disable-bias-linear", None)]
         notes.append("model style: swiglu -> Llama conventions (RMSNorm, RoPE, no linear biases); the plan's model "
@@ -397,7 +411,11 @@ def megatron_deepspeed_args(doc: dict) -> tuple[list[tuple[str, object]], list[s
           ("--zero-stage", zero), ("--deepspeed", None), ("--deepspeed_config", "ds_config.json")]
     notes.append(f"global batch {b['train_batch']} = DeepSpeed dp {b['dp']} (world {b['world']} / (tp {tp} x pp {pp}))"
                  f" x {b['gas']} micro-batches x micro-batch {b['micro']}")
-    notes.append("data, tokenizer, optimizer, schedule, checkpointing: yours (launch.sh appends EXTRA_ARGS)")
+    a += list(TRAINING_ARGS)   # Megatron's names, which Megatron-DeepSpeed's parser shares (megatron/arguments.py)
+    notes.append(f"data, tokenizer and run length: launch.sh appends them from {DATA_VAR} (--data-path), "
+                 f"{TOKENIZER_VAR} (--tokenizer-type HFTokenizer --tokenizer-model) and {ITERS_VAR} (--train-iters); "
+                 "the learning-rate schedule, eval and logging flags are defaults to adjust; checkpointing and any "
+                 "other argument: EXTRA_ARGS")
     return a, caveats, notes
 
 
@@ -408,17 +426,33 @@ def _nodes(i: dict, world: int) -> tuple[int, int]:
     return -(-world // per), per
 
 
+# What launch.sh reads from the data variables (runtimes/_common.py data_lines; Megatron-DeepSpeed has no mock
+# data), and the versions it accepts: the DeepSpeed release line the export was checked with, on the torch
+# Megatron-DeepSpeed's Megatron base needs (its arguments.py asserts torch >= 1.x; DeepSpeed 0.19 wheels need >= 2.x).
+DATA_HELP = {"data": "Megatron indexed data: a PREFIX of PREFIX.bin/.idx, or 'WEIGHT PREFIX ...' (--data-path)",
+             "tokenizer": "a Hugging Face tokenizer folder or hub name (--tokenizer-type HFTokenizer --tokenizer-model)",
+             "mock": None}
+VERSIONS = (VersionCheck("deepspeed", "0.19.0", "0.20", dists=("deepspeed",)),
+            VersionCheck("torch", "2.6.0", dists=("torch",)))
+
+
 def _launch_sh(i: dict, world: int, env: dict[str, str]) -> str:
     nodes, gpus = _nodes(i, world)
     lines = ["#!/usr/bin/env bash", f"# {i['title']}",
              f"# DeepSpeed launcher (deepspeed=={VERSION}) running Megatron-DeepSpeed pretrain_gpt.py "
              f"({MEGATRON_DEEPSPEED}@{MEGATRON_DEEPSPEED_COMMIT[:8]}) on {nodes} x {gpus} = {world} ranks.",
-             "# Run once, on the first node of ./hostfile (the launcher reaches the others over ssh).",
-             "# MEGATRON_DS: the Megatron-DeepSpeed checkout (default: the current folder); EXTRA_ARGS: data,",
-             "# tokenizer, optimizer and schedule arguments, appended after megatron_deepspeed_args.txt.",
+             ("# Run once, on this node: a single-node launch uses no hostfile and no ssh." if nodes == 1 else
+              "# Run once, on the first node of ./hostfile: the launcher reaches the others over ssh (passwordless) and "
+              "runs `cd $PWD` there, so this folder and MEGATRON_DS must be at the same paths on every node (a shared "
+              "filesystem). Under SLURM, slurm.sbatch starts launch.sh on every node instead (BAIGE_DS_NO_SSH=1)."),
+             "# MEGATRON_DS: the Megatron-DeepSpeed checkout (default: the current folder); EXTRA_ARGS: more",
+             "# arguments (checkpointing, ...), appended after megatron_deepspeed_args.txt and the data arguments.",
              "set -euo pipefail",
              'HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
              'MEGATRON_DS="$(cd "${MEGATRON_DS:-$PWD}" && pwd)"']
+    lines += data_lines(**DATA_HELP)
+    lines += version_check_lines(f"deepspeed=={VERSION} with Megatron-DeepSpeed@{MEGATRON_DEEPSPEED_COMMIT[:8]} on "
+                                 "torch", VERSIONS)
     if env:
         lines.append("# Megatron-DeepSpeed validate_args requires this with --sequence-parallel; ./.deepspeed_env "
                      "carries it to the other nodes")
@@ -428,13 +462,26 @@ def _launch_sh(i: dict, world: int, env: dict[str, str]) -> str:
               "# one argument per line, shell-quoted; lines starting with # are comments",
               'eval "ARGS=($(grep -v \'^[[:space:]]*#\' megatron_deepspeed_args.txt))"',
               'eval "EXTRA=(${EXTRA_ARGS:-})"',
-              f'exec deepspeed --hostfile hostfile --num_nodes {nodes} --num_gpus {gpus} \\',
-              '  "$MEGATRON_DS/pretrain_gpt.py" "${ARGS[@]}" "${EXTRA[@]}" "$@"']
+              f'read -r -a DATA_PATHS <<< "${DATA_VAR}"   # a prefix, or "WEIGHT PREFIX WEIGHT PREFIX ..."',
+              f'DATA_ARGS=(--data-path "${{DATA_PATHS[@]}}" --tokenizer-type HFTokenizer --tokenizer-model "${TOKENIZER_VAR}"'
+              f' --train-iters "${ITERS_VAR}")',
+              # one node: no hostfile (deepspeed/launcher/runner.py fetch_hostfile: not a file -> local resources,
+              # no ssh check); several: the hostfile, over ssh, or --no_ssh per node under SLURM (slurm.sbatch)
+              f'HOSTS=({"--hostfile /dev/null" if nodes == 1 else "--hostfile hostfile"})',
+              'if [ "${BAIGE_DS_NO_SSH:-0}" = 1 ]; then',
+              '  HOSTS+=(--no_ssh --node_rank "${NODE_RANK:?set NODE_RANK}" --master_addr "${MASTER_ADDR:?set MASTER_ADDR}"'
+              ' --master_port "${MASTER_PORT:-29500}")',
+              "fi",
+              f'exec deepspeed "${{HOSTS[@]}}" --num_nodes {nodes} --num_gpus {gpus} \\',
+              '  "$MEGATRON_DS/pretrain_gpt.py" "${ARGS[@]}" "${DATA_ARGS[@]}" "${EXTRA[@]}" "$@"']
     return "\n".join(lines) + "\n"
 
 
 def export(doc: dict) -> Export:
     i = plan_info(doc)
+    if i["opts"].mock_data:
+        raise SpecError("--mock-data", f"Megatron-DeepSpeed ({MEGATRON_DEEPSPEED_COMMIT[:8]}) has no mock data "
+                        "(megatron/arguments.py has no --mock-data): launch.sh needs BAIGE_DATA_PATH and BAIGE_TOKENIZER")
     cfg, caveats = ds_config(doc)
     args, arg_caveats, notes = megatron_deepspeed_args(doc)
     caveats = common_caveats(i) + caveats + arg_caveats
@@ -457,7 +504,14 @@ def export(doc: dict) -> Export:
              ExportFile("megatron_deepspeed_args.txt", "\n".join(lines) + "\n"),
              ExportFile("launch.sh", _launch_sh(i, b["world"], env)),
              hostfile_file(i, f"DeepSpeed launcher hostfile (deepspeed=={VERSION}): HOSTNAME slots=DEVICES, "
-                                  "placeholder names: replace with yours; the first --num_nodes lines are used")]
+                                  "placeholder names: replace with yours; the first --num_nodes lines are used"
+                                  + ("; a single-node launch does not read it" if b["world"] <= _nodes(i, b["world"])[1]
+                                     else "")),
+             slurm_file(i, nnodes=_nodes(i, b["world"])[0], gpus=_nodes(i, b["world"])[1], runtime="deepspeed",
+                        data_kw=DATA_HELP, pre=[': "${MEGATRON_DS:?set MEGATRON_DS to the Megatron-DeepSpeed checkout, '
+                                                'at the same path on every node}"',
+                                                "export MEGATRON_DS BAIGE_DS_NO_SSH=1   # launch.sh on every node, "
+                                                "deepspeed --no_ssh --node_rank"])]
     if env:
         # deepspeed/launcher/runner.py reads KEY=VALUE lines from ./.deepspeed_env and exports them on every node
         files.append(ExportFile(".deepspeed_env", "".join(f"{k}={v}\n" for k, v in env.items())))

@@ -104,12 +104,34 @@ standard Megatron DDP options applied per mesh.
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import yaml
 
+from baige_plan.errors import SpecError
 from baige_plan.runtimes import megatron
-from baige_plan.runtimes._common import Export, ExportFile, plan_info
+from baige_plan.runtimes._build import (
+    as_config,
+    megatron_model_args,
+    megatron_moe_router_args,
+    moe_fusion_args,
+    recorded,
+)
+from baige_plan.runtimes._common import (
+    DATA_VAR,
+    ITERS_VAR,
+    MOCK_VAR,
+    TOKENIZER_VAR,
+    Export,
+    ExportFile,
+    VersionCheck,
+    data_lines,
+    host_names,
+    plan_info,
+    slurm_file,
+    version_check_lines,
+)
 
 PYPI = "flag-scale==0.8.0"
 COMMIT = "da4935ec60193e735bc70b81e259ed04eefd0132"
@@ -402,7 +424,9 @@ def _node_contiguous(devs: list, slots: list[tuple], ms: list[dict]) -> bool:
     return True
 
 
-def _model_args(model: dict, job: dict) -> dict:
+def _model_args(model: dict, job: dict, caveats: list[str] | None = None) -> dict:
+    """Megatron model arguments as FlagScale config keys; `caveats` collects what its bundled Megatron-LM
+    cannot build of the model's recorded build fields (runtimes/_build.py)."""
     h, heads = int(model["hidden"]), int(model["heads"])
     kv = int(model.get("kv_heads") or heads)
     swiglu = model.get("activation", "swiglu") == "swiglu"
@@ -415,7 +439,12 @@ def _model_args(model: dict, job: dict) -> dict:
     if kv != heads:
         a.update(group_query_attention=True, num_query_groups=kv)
     a.update(seq_length=seq, max_position_embeddings=max(seq, int(model.get("seq_len") or seq)))
-    if swiglu:
+    if recorded(model):   # bundled Megatron-LM (flag_scale/third_party/Megatron-LM) takes the same flags
+        build, build_caveats, _ = megatron_model_args(model, "FlagScale's Megatron-LM")
+        a.update(as_config(build))
+        if caveats is not None:
+            caveats += build_caveats
+    elif swiglu:
         a.update(swiglu=True, normalization="RMSNorm", position_embedding_type="rope", disable_bias_linear=True)
     else:
         a.update(position_embedding_type="learned_absolute")
@@ -428,6 +457,11 @@ def _model_args(model: dict, job: dict) -> dict:
                  moe_ffn_hidden_size=int(moe["expert_ffn_hidden"]))
         if int(moe.get("shared_experts") or 0):
             a["moe_shared_expert_intermediate_size"] = int(moe["shared_experts"]) * int(moe["expert_ffn_hidden"])
+        # the bundled Megatron-LM has --moe-router-pre-softmax but no --moe-shared-expert-gate (its arguments.py)
+        router, router_caveats = megatron_moe_router_args(moe, "FlagScale's Megatron-LM", gate_flag=False)
+        a.update(as_config(router + moe_fusion_args(model)))
+        if caveats is not None:
+            caveats += router_caveats
         L, first, freq = int(model["layers"]), int(moe.get("first_dense_layers") or 0), int(moe.get("layer_freq") or 1)
         if first or freq > 1:
             pat = [0 if i < first or (i - first) % freq else 1 for i in range(L)]
@@ -466,8 +500,8 @@ def export(doc: dict) -> Export:
                            devices_per_node={g["name"]: int(g["devices_per_node"]) for g in cluster.get("groups", [])},
                            tie_embeddings=bool(model.get("tie_embeddings", False)),
                            families={g["name"]: _family(cluster, g["name"]) for g in cluster.get("groups", [])})
-    if reason:
-        caveats.append(f"cannot run as planned: {reason}")
+    if reason:   # exit 2: FlagScale refuses the plan (io/exports.py)
+        raise SpecError("pipelines", f"flagscale refuses this plan: {reason}")
     m = merged[0]
     if len(merged) > 1:
         caveats.append(f"exported only shape {m['members'][0][0]} (the pipeline FlagScale runs), with its "
@@ -537,7 +571,7 @@ def export(doc: dict) -> Export:
     system["logging"] = {"log_interval": 1, "log_throughput": True}
     system["checkpoint"] = {"save_interval": 1000000, "ckpt_format": "torch"}
 
-    margs = _model_args(model, job)
+    margs = _model_args(model, job, caveats)
     margs.update(micro_batch_size=kn["micro_batch"], global_batch_size=gb, train_iters=100, seed=1234,
                  clip_grad=1.0, init_method_std=0.02)
     margs["optimizer"] = {"weight_decay": 0.1, "adam_beta1": 0.9, "adam_beta2": 0.95,
@@ -557,10 +591,13 @@ def export(doc: dict) -> Export:
         if label_of.setdefault((g, n), ms[k]["label"]) != ms[k]["label"]:
             caveats.append(f"node {_host(g, n)} would carry two FlagScale device-type labels "
                            f"({label_of[(g, n)]}, {ms[k]['label']}); a hostfile line has one")
+    names = host_names(i)     # --hostfile's hosts (in `export --to hostfile` order), else placeholders
     hostfile = [f"# FlagScale hostfile ({PYPI}): HOST slots=N type=LABEL, in FlagScale's rank order",
-                "# replace the placeholder host names with the nodes' addresses (keep the order)"]
+                "# replace the placeholder host names with the nodes' addresses (keep the order)"
+                if not i["opts"].hosts else "# hosts from --hostfile"]
     for g, n in nodes:
-        hostfile.append(f"{_host(g, n)} slots={used[(g, n)]}" + (f" type={label_of[(g, n)]}" if hetero else ""))
+        hostfile.append(f"{names.get((g, n), _host(g, n))} slots={used[(g, n)]}"
+                        + (f" type={label_of[(g, n)]}" if hetero else ""))
 
     envs: dict = {"CUDA_DEVICE_MAX_CONNECTIONS": 1}
     if hetero:
@@ -588,7 +625,8 @@ def export(doc: dict) -> Export:
     }
     head = [f"# {i['title']}", f"# {RUNTIME.title}: {PYPI} (FlagOpen/FlagScale@{COMMIT[:8]})",
             _mode_line(ms, hetero),
-            "# data: mock data and a NullTokenizer of the model's vocabulary; put your data_path and tokenizer here"]
+            f"# data: mock data and a NullTokenizer of the model's vocabulary; launch.sh replaces them with {DATA_VAR} and "
+            f"{TOKENIZER_VAR} unless {MOCK_VAR}=1, and sets train_iters from {ITERS_VAR}"]
     if hetero and len(families) > 1:
         head.append("# vendor builds: set device_type_specific: {LABEL: {build_dir: /path/to/FlagScale-for-that-chip}} "
                     "(hardware/<Vendor_Model> patches) for labels whose nodes need another build")
@@ -600,17 +638,43 @@ def export(doc: dict) -> Export:
         f"# {i['title']}",
         f"# {RUNTIME.title}: {PYPI} (FlagOpen/FlagScale@{COMMIT[:8]}); install it on every node:",
         f"#   pip install {PYPI}",
-        "# FlagScale's runner reads the hostfile next to this script, writes one torchrun script per node and",
-        "# starts it over ssh (same paths on every node, or set experiment.runner.no_shared_fs: true).",
+        "# FlagScale's runner reads the hostfile next to this script (BAIGE_HOSTFILE names another), writes one",
+        "# torchrun script per node and starts it over ssh: this folder must be at the same path on every node,",
+        "# or set experiment.runner.no_shared_fs: true. Nothing is written inside the installed package: logs,",
+        "# hydra files and checkpoints go to BAIGE_OUTPUT_DIR (default: outputs/ beside this script).",
         "# Dry run (writes the per-node scripts only): append action=dryrun.",
         "set -euo pipefail",
         'DIR="$(cd "$(dirname "$0")" && pwd)"',
-        'FLAGSCALE_ROOT="$(python -c \'import flag_scale, os; print(os.path.dirname(flag_scale.__file__))\')"',
-        'cd "$FLAGSCALE_ROOT"',
-        f'python run.py --config-path "$DIR" --config-name {CONFIG.rsplit(".", 1)[0]} '
-        'experiment.runner.hostfile="$DIR/hostfile" "$@"',
-        f"# equivalently: flagscale train {model['name']} \"$DIR/{CONFIG}\"  (hostfile path relative to the working dir)",
+        *data_lines(**DATA_HELP, mock_default=i["opts"].mock_data),
+        *version_check_lines(f"{PYPI} on torch {VERSIONS[1].range[len('torch'):]}", VERSIONS),
+        f'OUT="${{BAIGE_OUTPUT_DIR:-$DIR/outputs/{re.sub(r"[^A-Za-z0-9._-]", "-", name)}}}"',
+        'HOSTFILE="${BAIGE_HOSTFILE:-$DIR/hostfile}"',
+        f'if [ "${MOCK_VAR}" = 1 ]; then',
+        "  DATA=()   # the config's mock data and NullTokenizer",
+        "else",
+        f'  DATA=(train.data.mock_data=false "+train.data.data_path=${DATA_VAR}" '
+        'train.data.tokenizer.tokenizer_type=HuggingFaceTokenizer '
+        f'"+train.data.tokenizer.tokenizer_model=${TOKENIZER_VAR}" "~train.data.tokenizer.vocab_size")',
+        "fi",
+        'FLAGSCALE_ROOT="$("$PYTHON" -c \'import flag_scale, os; print(os.path.dirname(flag_scale.__file__))\')"',
+        'cd "$DIR"   # not into the installed package: the runner resolves exp_dir and hydra.run.dir from here',
+        f'exec "$PYTHON" "$FLAGSCALE_ROOT/run.py" --config-path "$DIR" --config-name {CONFIG.rsplit(".", 1)[0]} '
+        'experiment.runner.hostfile="$HOSTFILE" experiment.exp_dir="$OUT" hydra.run.dir="$OUT/hydra" \\',
+        f'  train.model.train_iters="${ITERS_VAR}" ${{DATA[@]+"${{DATA[@]}}"}} "$@"',
     ]) + "\n"
+    slurm = slurm_file(
+        i, nnodes=len(nodes), gpus=max(used.values()), runtime="flagscale", data_kw=DATA_HELP, per_node=False,
+        note="FlagScale's own runner starts every node over ssh from the first one (passwordless ssh between them)",
+        pre=["# the allocation's hosts, in SLURM's order, with this hostfile's slots and device types",
+             'HOSTFILE="$HERE/hostfile.slurm-$SLURM_JOB_ID"',
+             "k=0",
+             'while read -r host rest; do',
+             '  case "$host" in ""|"#"*) continue ;; esac',
+             '  echo "${NODES[$k]} $rest"',
+             "  k=$((k + 1))",
+             'done < "$HERE/hostfile" > "$HOSTFILE.tmp"',
+             'mv -f "$HOSTFILE.tmp" "$HOSTFILE"',
+             'export BAIGE_HOSTFILE="$HOSTFILE"'])
     rows = ["rank,host,local_rank,device_type,mesh,stage,layers_start,layers_end,replica,tp_rank,cp_rank,group,node,device"]
     base: dict[tuple[str, int], int] = {}
     acc = 0
@@ -619,11 +683,20 @@ def export(doc: dict) -> Export:
         acc += used[(g, n)]
     for (g, n, d), (k, s, rep, t, c, _j, _rj) in sorted(zip(devs, slots, strict=True), key=lambda z: base[z[0][:2]] + z[0][2]):
         a, b = stages[s][1], stages[s][2]
-        rows.append(f"{base[(g, n)] + d},{_host(g, n)},{d},{ms[k]['label'] if hetero else ''},{k},{s},{a},{b},"
+        rows.append(f"{base[(g, n)] + d},{names.get((g, n), _host(g, n))},{d},{ms[k]['label'] if hetero else ''},{k},{s},{a},{b},"
                     f"{rep},{t},{c},{g},{n},{d}")
     return Export((ExportFile(CONFIG, text), ExportFile("launch.sh", launch),
                    ExportFile("hostfile", "\n".join(hostfile) + "\n"),
-                   ExportFile("rank_map.csv", "\n".join(rows) + "\n")), tuple(caveats))
+                   ExportFile("rank_map.csv", "\n".join(rows) + "\n"), slurm), tuple(caveats))
+
+
+# What launch.sh reads from the data variables (runtimes/_common.py data_lines) as Hydra overrides of train.data,
+# and the versions it accepts: the pinned flag-scale line on the torch its wheel declares (torch==2.7.1).
+DATA_HELP = {"data": "Megatron indexed data: a PREFIX of PREFIX.bin/.idx (train.data.data_path)",
+             "tokenizer": "a Hugging Face tokenizer folder or hub name (train.data.tokenizer: HuggingFaceTokenizer)",
+             "mock": "Megatron mock data with a NullTokenizer (the config as written)"}
+VERSIONS = (VersionCheck("flag-scale", "0.8.0", "0.9", dists=("flag-scale", "flag_scale")),
+            VersionCheck("torch", "2.7", "2.8", dists=("torch",)))
 
 
 def _mode_line(ms: list[dict], hetero: bool) -> str:

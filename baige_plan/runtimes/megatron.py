@@ -110,13 +110,22 @@ from baige_plan.cost.memory import (
     NCCL_FIRST_GIB,
     NCCL_GROUP_GIB,
 )
+from baige_plan.runtimes._build import megatron_model_args, megatron_moe_router_args, moe_fusion_args
 from baige_plan.runtimes._common import (
+    DATA_VAR,
+    ITERS_VAR,
+    MOCK_VAR,
+    TOKENIZER_VAR,
     Export,
     ExportFile,
+    VersionCheck,
     arg_lines,
     common_caveats,
+    data_lines,
     hostfile_file,
     plan_info,
+    slurm_file,
+    version_check_lines,
 )
 from baige_plan.specs.runtime import GradSync, MemorySemantics, RuntimeSpec
 from baige_plan.specs.strategy import split_fields
@@ -201,6 +210,11 @@ RUNTIME = RuntimeSpec(
     # Transformer Engine's userbuffer TP overlap, as the NeMo / Megatron-Bridge performance recipes run tensor
     # parallelism with sequence parallelism (tp_comm_overlap in their perf configs); exported --tp-comm-overlap
     tp_comm_overlap=True,
+    # fp32 jobs: Megatron-LM's README recommends NGC's PyTorch container, which sets
+    # TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 (fp32 matmuls on TF32 tensor cores on Ampere and later; NVIDIA_TF32_OVERRIDE=0
+    # turns it off); Sailor's A100 fp32 OPT-350M profile (8.7 ms per layer fwd+bwd, 23.7 TFLOP/s) exceeds the IEEE
+    # fp32 peak 19.5 in such a container (eth-easl/sailor Dockerfile: FROM nvcr.io/nvidia/pytorch:24.10-py3)
+    fp32_matmul="tf32",
     heterogeneous=False,
     schedules=("1F1B", "interleaved-1F1B"),
     execution="fused",
@@ -220,7 +234,7 @@ RUNTIME = RuntimeSpec(
 
 # Placeholders a launch needs that a plan does not decide (optimizer schedule, run length, logging).
 TRAINING_ARGS: tuple[tuple[str, object], ...] = (
-    ("--train-iters", 100), ("--lr", 3.0e-4), ("--min-lr", 3.0e-5), ("--lr-decay-style", "cosine"),
+    ("--lr", 3.0e-4), ("--min-lr", 3.0e-5), ("--lr-decay-style", "cosine"),
     ("--lr-warmup-iters", 10), ("--weight-decay", 0.1), ("--adam-beta1", 0.9), ("--adam-beta2", 0.95),
     ("--clip-grad", 1.0), ("--init-method-std", 0.02), ("--log-interval", 1), ("--eval-interval", 100),
     ("--eval-iters", 1))
@@ -305,7 +319,6 @@ def megatron_args(doc: dict) -> tuple[list[tuple[str, object]], list[str], list[
     heads, hidden = model["heads"], model["hidden"]
     kv = model.get("kv_heads") or heads
     head_dim = model.get("head_dim") or hidden // heads
-    llama = model.get("activation", "swiglu") == "swiglu"
     seq = job["seq_len"]
     a: list[tuple[str, object]] = [
         ("--num-layers", i["layers"]), ("--hidden-size", hidden), ("--ffn-hidden-size", model["ffn_hidden"]),
@@ -315,15 +328,11 @@ def megatron_args(doc: dict) -> tuple[list[tuple[str, object]], list[str], list[
     if head_dim * heads != hidden:
         a.append(("--kv-channels", head_dim))
     a += [("--seq-length", seq), ("--max-position-embeddings", max(seq, model.get("seq_len") or seq))]
-    if llama:
-        a += [("--swiglu", None), ("--normalization", "RMSNorm"), ("--position-embedding-type", "rope"),
-              ("--disable-bias-linear", None)]
-        notes.append("model style: swiglu -> Llama conventions (RMSNorm, RoPE, no linear biases); the plan's "
-                     "model does not record them")
-    else:
-        a += [("--normalization", "LayerNorm"), ("--position-embedding-type", "learned_absolute")]
-        notes.append("model style: gelu -> GPT-3 conventions (LayerNorm, learned absolute positions, linear "
-                     "biases); the plan's model does not record them")
+    # position, rotary base/scaling, norm and epsilon, qk-norm, biases as the model records them (runtimes/_build.py)
+    build, build_caveats, build_note = megatron_model_args(model)
+    a += build
+    caveats += build_caveats
+    notes.append(build_note)
     if not model.get("tie_embeddings", False):
         a.append(("--untie-embeddings-and-output-weights", None))
     drop = model.get("dropout", 0.0) or 0.0
@@ -334,6 +343,9 @@ def megatron_args(doc: dict) -> tuple[list[tuple[str, object]], list[str], list[
               ("--moe-ffn-hidden-size", moe["expert_ffn_hidden"])]
         if moe.get("shared_experts"):
             a.append(("--moe-shared-expert-intermediate-size", moe["shared_experts"] * moe["expert_ffn_hidden"]))
+        router, router_caveats = megatron_moe_router_args(moe)
+        a += router + moe_fusion_args(model)
+        caveats += router_caveats
         disp = s.get("moe_dispatcher") or "alltoall"     # as costed (cost/moe.py moe_dispatch_comm_s)
         a += [("--moe-layer-freq", moe_layer_freq(moe, i["layers"])), ("--moe-token-dispatcher-type", disp),
               ("--moe-grouped-gemm", None)]
@@ -341,11 +353,13 @@ def megatron_args(doc: dict) -> tuple[list[tuple[str, object]], list[str], list[
             # transformer_config.py moe_flex_dispatcher_backend (default deepep); DeepEP is a separate install
             a.append(("--moe-flex-dispatcher-backend", "deepep"))
             notes.append("MoE flex dispatcher: needs DeepEP installed (github.com/deepseek-ai/DeepEP)")
-    a += [("--tokenizer-type", "NullTokenizer"), ("--vocab-size", model["vocab"]), ("--mock-data", None)]
     notes.append("needs Transformer Engine (--transformer-impl transformer_engine, the default): fused RoPE, "
                  "context parallelism, FP8 and grouped GEMM run through it")
-    notes.append(f"data: mock tokens with NullTokenizer (vocab {model['vocab']}, padded by Megatron to a multiple "
-                 f"of 128*tp = {128 * tp}); replace with --data-path and a real tokenizer for training")
+    notes.append(f"data, tokenizer and run length: launch.sh appends them from {DATA_VAR} (--data-path), "
+                 f"{TOKENIZER_VAR} (--tokenizer-type HuggingFaceTokenizer --tokenizer-model) and {ITERS_VAR} "
+                 f"(--train-iters); {MOCK_VAR}=1: mock tokens with NullTokenizer (vocab {model['vocab']}, padded by "
+                 f"Megatron to a multiple of 128*tp = {128 * tp}); with a real tokenizer the vocabulary is the "
+                 f"tokenizer's (the plan assumed {model['vocab']})")
 
     # parallelism
     a += [("--tensor-model-parallel-size", tp), ("--pipeline-model-parallel-size", pp),
@@ -416,7 +430,8 @@ def megatron_args(doc: dict) -> tuple[list[tuple[str, object]], list[str], list[
     a += [("--micro-batch-size", s["micro_batch"]), ("--global-batch-size", i["gb"])]
     notes.append(f"global batch {i['gb']} = dp {dp} x {i['m']} micro-batches x micro-batch {s['micro_batch']}")
     a += list(TRAINING_ARGS)
-    notes.append("--train-iters, learning-rate schedule, eval and logging flags are placeholders: set them for the run")
+    notes.append("learning-rate schedule, eval and logging flags are defaults to adjust; the run length is "
+                 f"{ITERS_VAR} (launch.sh)")
     return a, caveats, notes
 
 
@@ -459,6 +474,9 @@ def _launch_sh(i: dict, env: dict[str, str]) -> str:
     else:
         lines.append('MASTER_ADDR="${MASTER_ADDR:-localhost}"')
     lines += ['MASTER_PORT="${MASTER_PORT:-6000}"', 'MEGATRON_LM="${MEGATRON_LM:-$PWD}"']
+    lines += data_lines(**DATA_HELP, mock_default=i["opts"].mock_data)
+    lines += version_check_lines(f"megatron-core=={VERSION} (or Megatron-LM {MEGATRON_LM_REF} or newer) on torch",
+                                 VERSIONS, pythonpath="$MEGATRON_LM")
     if env:
         lines.append("# tp > 1 or cp > 1: megatron/training/arguments.py validate_args asserts this before Blackwell")
     lines += [f"export {k}={v}" for k, v in env.items()]
@@ -468,10 +486,41 @@ def _launch_sh(i: dict, env: dict[str, str]) -> str:
     lines += ['ARGS_FILE="${MEGATRON_ARGS:-$HERE/megatron_args.txt}"',
               "# one argument per line, shell-quoted; lines starting with # are comments",
               'eval "ARGS=($(grep -v \'^[[:space:]]*#\' "$ARGS_FILE"))"',
+              f'if [ "${MOCK_VAR}" = 1 ]; then',
+              f'  DATA_ARGS=(--mock-data --tokenizer-type NullTokenizer --vocab-size {i["model"]["vocab"]})',
+              "else",
+              f'  read -r -a DATA_PATHS <<< "${DATA_VAR}"   # a prefix, or "WEIGHT PREFIX WEIGHT PREFIX ..."',
+              '  DATA_ARGS=(--data-path "${DATA_PATHS[@]}" --tokenizer-type HuggingFaceTokenizer '
+              f'--tokenizer-model "${TOKENIZER_VAR}")',
+              "fi",
+              f'DATA_ARGS+=(--train-iters "${ITERS_VAR}")',
               'exec torchrun --nnodes "$NNODES" --nproc-per-node "$NPROC_PER_NODE" --node-rank "$NODE_RANK" \\',
               '  --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT" \\',
-              '  "$MEGATRON_LM/pretrain_gpt.py" "${ARGS[@]}" "$@"']
+              '  "$MEGATRON_LM/pretrain_gpt.py" "${ARGS[@]}" "${DATA_ARGS[@]}" "$@"']
     return "\n".join(lines) + "\n"
+
+
+# What launch.sh reads from the data variables (runtimes/_common.py data_lines), and the versions it accepts:
+# the megatron-core wheel the arguments were checked with up to Megatron-LM main (0.20.0, d98e8a64, 2026-08;
+# megatron/core/package_info.py, read from the MEGATRON_LM checkout when there is one), on the torch its
+# pyproject.toml requires (torch>=2.6.0).
+DATA_HELP = {"data": "Megatron indexed data: a PREFIX of PREFIX.bin/.idx, or 'WEIGHT PREFIX WEIGHT PREFIX ...' "
+                     "(--data-path)",
+             "tokenizer": "a Hugging Face tokenizer folder or hub name (--tokenizer-type HuggingFaceTokenizer "
+                          "--tokenizer-model)",
+             "mock": "Megatron mock tokens with NullTokenizer (--mock-data)"}
+VERSIONS = (VersionCheck("megatron-core", "0.19.0", "0.21", dists=("megatron-core",),
+                         files=("megatron/core/package_info.py",)),
+            VersionCheck("torch", "2.6.0", dists=("torch",)))
+
+
+def slurm(i: dict) -> ExportFile:
+    """slurm.sbatch: launch.sh on every node of the allocation (runtimes/_common.py slurm_file)."""
+    groups = i["cluster"].get("groups", [])
+    return slurm_file(i, nnodes=sum(g["nodes"] for g in groups), gpus=groups[0]["devices_per_node"] if groups else 1,
+                      runtime="megatron", data_kw=DATA_HELP,
+                      pre=[': "${MEGATRON_LM:?set MEGATRON_LM to the Megatron-LM checkout (pretrain_gpt.py), '
+                           'at the same path on every node}"', "export MEGATRON_LM"])
 
 
 def export(doc: dict) -> Export:
@@ -485,5 +534,6 @@ def export(doc: dict) -> Export:
     lines += arg_lines(args)
     files = (ExportFile("megatron_args.txt", "\n".join(lines) + "\n"),
              ExportFile("launch.sh", _launch_sh(i, _env(i["s"]))),
-             hostfile_file(i, "one line per node, NODE_RANK = line order: HOSTNAME slots=DEVICES (placeholder names: replace with yours)"))
+             hostfile_file(i, "one line per node, NODE_RANK = line order: HOSTNAME slots=DEVICES (placeholder names: replace with yours)"),
+             slurm(i))
     return Export(files, tuple(caveats))

@@ -52,7 +52,22 @@ from baige_plan.cost.memory import (
     NCCL_FIRST_GIB,
     NCCL_GROUP_GIB,
 )
-from baige_plan.runtimes._common import Export, ExportFile, common_caveats, hostfile_file, plan_info
+from baige_plan.errors import SpecError
+from baige_plan.runtimes._common import (
+    DATA_VAR,
+    ITERS_VAR,
+    TOKENIZER_VAR,
+    Export,
+    ExportFile,
+    VersionCheck,
+    common_caveats,
+    data_lines,
+    hostfile_file,
+    placeholder_hosts,
+    plan_info,
+    slurm_file,
+    version_check_lines,
+)
 from baige_plan.specs.runtime import GradSync, MemorySemantics, RuntimeSpec
 
 RUNTIME_VERSION = "1.2.0"     # paddleformers (RUNTIME.version)
@@ -179,6 +194,35 @@ def moe_layers(model: dict) -> list[int]:
     return [i for i in range(model["layers"]) if i >= first and (i - first) % freq == 0]
 
 
+def _build_config(model: dict, cfg: dict, moe_class: bool) -> list[str]:
+    """The model's recorded build fields (specs/model.py) in config.json's Hugging Face keys, which
+    PaddleFormers 1.2.0's LlamaConfig / Qwen3MoeConfig read (transformers/llama/configuration.py,
+    qwen3_moe/configuration.py: rope_theta, rope_scaling, rms_norm_eps, attention_bias; checked by
+    tests/integration/check_paddle.py), and what its Llama (dense) / Qwen3-MoE (MoE) classes build otherwise.
+    Unrecorded fields keep the config the export always wrote."""
+    caveats: list[str] = []
+    cls = "Qwen3MoeForCausalLM" if moe_class else "LlamaForCausalLM"
+    if model.get("rope_theta") is not None:
+        cfg["rope_theta"] = float(model["rope_theta"])
+    if model.get("rope_scaling"):
+        # paddleformers 1.2.0 llama/configuration.py and qwen3_moe/configuration.py: rope_scaling -> rope_parameters;
+        # llama/modeling.py and qwen3_moe/modeling.py build it with modeling_rope_utils.ROPE_INIT_FUNCTIONS[rope_type]
+        cfg["rope_scaling"] = dict(model["rope_scaling"])
+    if model.get("norm_eps") is not None:
+        cfg["rms_norm_eps"] = float(model["norm_eps"])
+    if model.get("norm") == "layernorm":
+        caveats.append(f"norm layernorm: {cls} builds RMSNorm")
+    if model.get("position_embedding") not in (None, "rope"):
+        caveats.append(f"position_embedding {model['position_embedding']}: {cls} builds RoPE")
+    if model.get("qk_norm") is not None and model["qk_norm"] != moe_class:
+        caveats.append(f"qk_norm {str(model['qk_norm']).lower()}: {cls} builds "
+                       + ("per-head q/k RMSNorm" if moe_class else "no q/k norm"))
+    if model.get("qkv_bias") or model.get("linear_bias"):
+        caveats.append(f"qkv_bias {model.get('qkv_bias')}, linear_bias {model.get('linear_bias')}: exported "
+                       f"without biases (attention_bias false, mlp_bias false)")
+    return caveats
+
+
 def model_config(model: dict, seq_len: int) -> tuple[dict, list[str]]:
     """The Hugging-Face-style config.json PaddleFormers' AutoConfig loads for a model of this shape, and what
     it cannot express. Dense: LlamaForCausalLM (native PaddleFormers, TP/PP/SP). MoE: Qwen3MoeForCausalLM,
@@ -198,13 +242,15 @@ def model_config(model: dict, seq_len: int) -> tuple[dict, list[str]]:
     if model.get("dropout"):
         caveats.append(f"dropout {model['dropout']}: the Llama/Qwen3-MoE classes train without hidden dropout")
     moe = model.get("moe")
+    caveats += _build_config(model, cfg, moe_class=bool(moe))
     if not moe:
         cfg.update({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "mlp_bias": False})
         return cfg, caveats
     sparse = set(moe_layers(model))
     cfg.update({"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
                 "num_experts": moe["experts"], "num_experts_per_tok": moe["top_k"],
-                "moe_intermediate_size": moe["expert_ffn_hidden"], "norm_topk_prob": True,
+                "moe_intermediate_size": moe["expert_ffn_hidden"],
+                "norm_topk_prob": moe.get("norm_topk_prob") is not False,   # as recorded; True when not
                 "decoder_sparse_step": 1, "mlp_only_layers": [i for i in range(model["layers"]) if i not in sparse]})
     caveats.append(f"MoE model {model['name']!r} is exported as PaddleFormers' Qwen3MoeForCausalLM with its shapes "
                    "(PaddleFormers 1.2 has no class of its own for it; Qwen3-MoE adds per-head q/k RMSNorm); it is "
@@ -284,8 +330,9 @@ def training_args(doc: dict) -> tuple[dict, list[str]]:
                            "splits the layers equally")
     refusal = RUNTIME.refusal(_strategy(s, dp, m), SimpleNamespace(moe=model.get("moe"), activation=model.get("activation", "swiglu")),
                               SimpleNamespace(precision=job.get("precision", "bf16"), global_batch=i["gb"]))
-    if refusal:
-        caveats.insert(0, f"PaddleFormers {RUNTIME.version} / Paddle {PADDLE_VERSION} refuse this plan: {refusal}")
+    if refusal:   # exit 2 (io/exports.py refusal says the same for `baige-plan export`)
+        raise SpecError("strategy", f"PaddleFormers {RUNTIME.version} / Paddle {PADDLE_VERSION} refuse this plan: "
+                        f"{refusal}")
     return a, caveats
 
 
@@ -314,32 +361,81 @@ def export(doc: dict) -> Export:
     groups = i["cluster"].get("groups", [])
     dpn = groups[0]["devices_per_node"] if groups else 8
     devices = ",".join(str(d) for d in range(dpn))
+    nnodes = sum(g["nodes"] for g in groups) if groups else 1
+    if i.get("hosts"):
+        nnodes = sum(len(v) for v in i["hosts"].values())
     launch = [
         "#!/usr/bin/env bash",
         f"# {i['title']}",
         f"# {RUNTIME.title}: {pins}",
-        "# Run the same command on every node (Paddle's launcher finds its rank from --ips):",
-        "#   IPS=10.0.0.1,10.0.0.2 DATA=\"1.0 /data/corpus_text_document\" MODEL_DIR=/path/with/config+tokenizer \\",
-        "#     ./launch.sh [key=value ...]     (e.g. max_steps=20000 learning_rate=3e-4)",
-        "# MODEL_DIR holds config.json (this folder's, the plan's model shape) and the model's tokenizer files.",
+        "# Run the same command on every node (Paddle's launcher finds its rank from --ips, which must be IPs:",
+        "# the hosts of ./hostfile are resolved here with getent; IPS=10.0.0.1,10.0.0.2 overrides them):",
+        f"#   {DATA_VAR}=/data/corpus_text_document {TOKENIZER_VAR}=/path/to/tokenizer ./launch.sh [key=value ...]",
+        "# (e.g. learning_rate=3e-4). The model folder PaddleFormers loads is made under BAIGE_OUTPUT_DIR (default:",
+        "# output/ beside this script): this folder's config.json (the plan's model shape) and the tokenizer's files;",
+        "# MODEL_DIR names a ready one instead. Checkpoints and logs go to BAIGE_OUTPUT_DIR too.",
     ]
     launch += [f"# cannot express: {c}" for c in caveats]
+    if placeholder_hosts(i) and nnodes == 1:
+        ips = ['IPS="${IPS:-127.0.0.1}"   # one node']
+    else:
+        ips = ['if [ -z "${IPS:-}" ]; then',
+               "  while read -r host _; do",
+               '    case "$host" in ""|"#"*) continue ;; esac',
+               "    ip=$(getent ahostsv4 \"$host\" 2>/dev/null | awk 'NR == 1 {print $1}' || true)",
+               '    [ -n "$ip" ] || { echo "launch.sh: cannot resolve $host (./hostfile) to an IPv4 address: Paddle\'s '
+               '--ips needs IPs (put them in the hostfile or set IPS)" >&2; exit 2; }',
+               '    IPS="${IPS:+$IPS,}$ip"',
+               '  done < "$HERE/hostfile"',
+               "fi"]
     launch += [
         "set -euo pipefail",
         'HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
-        'IPS="${IPS:-$(grep -v \'^#\' "$HERE/hostfile" | awk \'NF {print $1}\' | paste -sd, -)}"',
-        'MODEL_DIR="${MODEL_DIR:-$HERE}"',
-        'DATA="${DATA:-1.0 ./data/pretrain_text_document}"',
-        'PYTHON="${PYTHON:-python}"',
+        *data_lines(**DATA_HELP),
+        *version_check_lines(f"paddleformers=={RUNTIME.version} on paddlepaddle=={PADDLE_VERSION}", VERSIONS),
+        *ips,
+        'OUT="${BAIGE_OUTPUT_DIR:-$HERE/output}"',
+        f'read -r -a words <<< "${DATA_VAR}"',
+        f'if [ "${{#words[@]}}" -eq 1 ]; then DATA="1.0 ${DATA_VAR}"; else DATA="${DATA_VAR}"; fi',
+        'if [ -z "${MODEL_DIR:-}" ]; then',
+        '  MODEL_DIR="$OUT/model"',
+        '  mkdir -p "$MODEL_DIR"',
+        f'  for f in "${TOKENIZER_VAR}"/*; do',
+        f'    case "$(basename "$f")" in {CONFIG_FILE}|*.safetensors|*.pdparams|*.bin) ;; *) ln -sfn "$f" "$MODEL_DIR/" 2>/dev/null || true ;; esac',
+        "  done",
+        f'  cp "$HERE/{CONFIG_FILE}" "$MODEL_DIR/{CONFIG_FILE}.tmp.$$" && mv -f "$MODEL_DIR/{CONFIG_FILE}.tmp.$$" '
+        f'"$MODEL_DIR/{CONFIG_FILE}"',
+        "fi",
         'ENTRY="$("$PYTHON" -c \'import paddleformers.cli.launcher as m; print(m.__file__)\')"',
-        f'exec "$PYTHON" -m paddle.distributed.launch --ips "$IPS" --devices {devices} --log_dir "$HERE/log" \\',
-        f'    "$ENTRY" train "$HERE/{ARGS_FILE}" model_name_or_path="$MODEL_DIR" input_dir="$DATA" "$@"',
+        f'exec "$PYTHON" -m paddle.distributed.launch --ips "$IPS" --devices {devices} --log_dir "$OUT/log" \\',
+        f'    "$ENTRY" train "$HERE/{ARGS_FILE}" model_name_or_path="$MODEL_DIR" input_dir="$DATA" '
+        f'max_steps="${ITERS_VAR}" output_dir="$OUT/checkpoints" "$@"',
     ]
     return Export((ExportFile(ARGS_FILE, args_text),
                    ExportFile(CONFIG_FILE, json.dumps(cfg, indent=2) + "\n"),
                    ExportFile("launch.sh", "\n".join(launch) + "\n"),
                    hostfile_file(i, "one node per line (placeholder names: replace with the nodes' IPs, in rank order)",
-                                 fmt="plain")), tuple(caveats))
+                                 fmt="plain"),
+                   slurm_file(i, nnodes=nnodes, gpus=dpn, runtime="paddle", data_kw=DATA_HELP,
+                              pre=["# Paddle's --ips: the allocation's nodes as IPv4 addresses, in SLURM's order",
+                                   'IPS=""',
+                                   'for h in "${NODES[@]}"; do',
+                                   "  ip=$(getent ahostsv4 \"$h\" | awk 'NR == 1 {print $1}')",
+                                   '  [ -n "$ip" ] || { echo "slurm.sbatch: cannot resolve $h to an IPv4 address" >&2; '
+                                   'exit 2; }',
+                                   '  IPS="${IPS:+$IPS,}$ip"',
+                                   "done",
+                                   "export IPS"])), tuple(caveats))
+
+
+# What launch.sh reads from the data variables (runtimes/_common.py data_lines; no mock data for these model
+# classes' pretraining path) and the versions it accepts (the pinned paddleformers line on its paddle line).
+DATA_HELP = {"data": "Megatron-style indexed pretraining data: a PREFIX of PREFIX.bin/.idx, or 'WEIGHT PREFIX ...' "
+                     "(input_dir)",
+             "tokenizer": "the model's tokenizer folder (its files go beside this export's config.json)",
+             "mock": None}
+VERSIONS = (VersionCheck("paddleformers", "1.2.0", "1.3", dists=("paddleformers",)),
+            VersionCheck("paddlepaddle", "3.3.0", "3.4", dists=("paddlepaddle-gpu", "paddlepaddle")))
 
 
 __all__ = ["RUNTIME", "PADDLE_VERSION", "export", "training_args", "model_config", "moe_layers"]

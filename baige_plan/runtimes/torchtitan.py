@@ -2,6 +2,14 @@
 + CP + EP, eager PyTorch unless compiled. Verified against the installed wheels (torchtitan==0.3.0,
 torch==2.14.1); paths below are inside those packages.
 
+Stacks: 0.3.0 needs torch 2.14 (it does not import on torch 2.11/2.12: DataParallelMeshDims); for those stacks
+`export --runtime-version 0.2` writes torchtitan 0.2.2's JobConfig flags (`_export_v02`, read at the v0.2.2
+tag) and refuses what 0.2.x runs otherwise than costed (`refusal_v02`: DDP with any other dimension, fp32
+training without FSDP). torchtitan main after 0.3.0 renamed the batch flags (training.num_tokens_*,
+max_context_length, parallelism.num_pp_microbatches): launch.sh's version check refuses it by reading the
+installed config sources. launch.sh reads data, tokenizer and run length from BAIGE_DATA_PATH, BAIGE_TOKENIZER
+and BAIGE_TRAIN_ITERS (no silent c4 / relative tokenizer) and writes outputs beside the export.
+
 Configuration (torchtitan/config/manager.py ConfigManager): 0.3.0 has no TOML job files. A job is
 `--module MODULE --config FUNCTION` (FUNCTION in MODULE.config_registry returns a Trainer.Config; the
 model and its converters, e.g. float8, are set there, `model_spec` is not a CLI field) followed by
@@ -83,11 +91,28 @@ from baige_plan.cost.memory import (
     NCCL_GROUP_GIB,
 )
 from baige_plan.errors import SpecError
-from baige_plan.runtimes._common import Export, ExportFile, common_caveats, hostfile_file, plan_info
+from baige_plan.runtimes._common import (
+    DATA_VAR,
+    ITERS_VAR,
+    MOCK_VAR,
+    TOKENIZER_VAR,
+    Export,
+    ExportFile,
+    VersionCheck,
+    common_caveats,
+    data_lines,
+    hostfile_file,
+    plan_info,
+    slurm_file,
+    version_check_lines,
+)
+from baige_plan.runtimes.torchtitan_build import build_differences
 from baige_plan.specs.runtime import GradSync, MemorySemantics, RuntimeSpec
 
 VERSION = "0.3.0"
 TORCH_VERSION = "2.14.1"
+V02 = "0.2.2"          # --runtime-version 0.2: torchtitan 0.2.2 for torch 2.11 / 2.12 stacks (0.3.0 needs torch 2.14)
+EXPORT_VERSIONS = (VERSION, V02)   # io/exports.py --runtime-version: newest first
 ARGS_FILE = "torchtitan_args.txt"
 CONFIG_MODULE = "baige_torchtitan_config"      # generated config_registry module (when one is needed)
 CONFIG_FUNCTION = "baige_plan"
@@ -255,6 +280,9 @@ def model_differences(model) -> tuple[Difference, ...]:
     if drop > 0:
         out.append(Difference("dropout", drop, 0.0, "torchtitan 0.3.0's models have no dropout: the step "
                               "skips the masks the plan costed"))
+    # rotary base/scaling, norm epsilon, qk-norm, biases, router: what the family builds (runtimes/torchtitan_build.py)
+    f = flavor_for(model)
+    out += [Difference(*x) for x in build_differences(model, f.module if f is not None else _family(d), VERSION)]
     return tuple(out)
 
 
@@ -313,6 +341,12 @@ def _grad_sync(zero: int, pp: int) -> GradSync:
 
 
 def _refusal(s, model, job) -> str | None:
+    # zero=0 with dp > 1 and tp / pp > 1 stays in this (0.3.0) space: 0.3.0 has no DDP wrapper, replicated data
+    # parallelism is FSDP2 with a shard group of one (models/llama3/parallelize.py: "Always run
+    # apply_fsdp_to_decoder -- with shard_degree=1 it is a no-op for the all-gather but still installs the
+    # MixedPrecisionPolicy"), so it runs, in bf16. torchtitan 0.2.x refuses it ("DDP has not supported > 1D
+    # parallelism") and trains every plan without dp_shard > 1 or cp > 1 in fp32: `export --runtime-version 0.2`
+    # refuses those plans (refusal_v02); the planner's space is 0.3.0's.
     if s.cp > 1 and s.zero == 0:
         return (f"torchtitan always FSDP-shards the parameters over the context-parallel ranks (cp={s.cp}), "
                 "so ZeRO-0 with cp > 1 does not exist there (plan zero=3)")
@@ -624,6 +658,8 @@ def _planned_module(model, fp8: bool, title: str, seq_len: int) -> str:
 
 def export(doc: dict) -> Export:
     i = plan_info(doc)
+    if (i["opts"].runtime_version or VERSION) == V02:
+        return _export_v02(i)
     s, job, model = i["s"], i["job"], i["model"]
     prec = job.get("precision", "bf16")
     if prec == "fp16":
@@ -686,8 +722,9 @@ def export(doc: dict) -> Export:
                                       ("--training.dtype", "float32"),
                                       ("--training.mixed_precision_param", "float32" if prec == "fp32" else "bfloat16"),
                                       ("--training.mixed_precision_reduce", "float32")]
-    if pp > 1 or ep > 1:
-        args.append(("--training.disable_cuda_graphs", None))
+    # costed eager (execution "eager"): 0.3.0 would capture forward+backward in a CUDA graph with pp == 1 and
+    # ep == 1 (trainer.py wrap_with_cuda_graph), and pp > 1 or ep > 1 need it off anyway
+    args.append(("--training.disable_cuda_graphs", None))
     args += [("--parallelism.data_parallel_replicate_degree", rep), ("--parallelism.data_parallel_shard_degree", shard),
              # zero 2 = SHARD_GRAD_OP: parameters stay gathered from forward to backward (RuntimeSpec.fsdp_zero2)
              ("--parallelism.fsdp_reshard_after_forward", "never" if zero == 2 else "default"),
@@ -724,7 +761,10 @@ def export(doc: dict) -> Export:
         if vpp == 1 and m < pp:
             caveats.append(f"Schedule1F1B needs micro-batches ({m}) >= pp ({pp}): torch.distributed.pipelining "
                            "will refuse this schedule")
-    args += [("--compile.no_enable", None), ("--compile.no_enable_async_tensor_parallel", None)]
+    args += [("--compile.no_enable", None), ("--compile.no_enable_async_tensor_parallel", None),
+             # llama3/qwen3 config_registry functions profile every 100 steps (Profiler.Config enable_profiling)
+             ("--profiler.no_enable_profiling", None)]
+
     # recompute: "selective" is torchtitan's op-level SAC (SelectiveAC), as costed (op_sac_recomputed)
     ac = s.get("recompute", "none")
 
@@ -732,7 +772,12 @@ def export(doc: dict) -> Export:
              f"# {RUNTIME.title}: torchtitan=={VERSION} (torch=={TORCH_VERSION}) torchtitan.train arguments,",
              "# one per line; launch.sh passes the flags in order, then the activation-checkpoint subcommand",
              f"# world = tp {tp} x pp {pp} x dp {dp} x cp {cp} = {world} ranks; {m} micro-batches of {mb} per "
-             f"replica per step"]
+             f"replica per step",
+             "# as costed: eager (--compile.no_enable), no CUDA graphs (--training.disable_cuda_graphs), bf16 "
+             "mixed precision through FSDP2's MixedPrecisionPolicy (installed with every data-parallel layout in "
+             "0.3.0); attention: 0.3.0 language models always mask per document (block_causal FlexAttention, "
+             "models/common/config_utils.py get_attention_config), the plan costs causal attention over the "
+             "whole sequence: an upper bound when documents are packed"]
     lines += [f"# cannot express: {c}" for c in caveats]
     lines += [k if v is None else f"{k} {v}" for k, v in args]
     lines.append(f"activation-checkpoint:{ac}")
@@ -745,18 +790,65 @@ def export(doc: dict) -> Export:
         caveats.append(f"world {world} is not a whole number of {nproc}-device nodes; launch.sh starts "
                        f"{nnodes} x {nproc} ranks")
     files = [ExportFile(ARGS_FILE, "\n".join(lines) + "\n"),
-             ExportFile("launch.sh", _launch(i["title"], nnodes, nproc, bool(files_extra))),
+             ExportFile("launch.sh", _launch(i["title"], nnodes, nproc, bool(files_extra), i["opts"].mock_data)),
              hostfile_file(i, "one line per node (placeholder names: replace with yours); "
                            "launch.sh rendezvouses at the first one", fmt="plain"),
+             slurm_file(i, nnodes=nnodes, gpus=nproc, runtime="torchtitan", data_kw=DATA_HELP),
              *files_extra]
     return Export(tuple(files), tuple(caveats))
 
 
-def _launch(title: str, nnodes: int, nproc: int, module: bool) -> str:
+# The data variables (runtimes/_common.py data_lines) in torchtitan's terms: a `datasets.load_dataset(PATH,
+# split="train")` source with a "text" column, read through the c4_test loader (hf_datasets/text_datasets.py
+# DATASETS: the "c4" entry would load PATH with name="en"); mock data is the c4 sample of a torchtitan checkout.
+DATA_HELP = {"data": "a Hugging Face datasets folder or hub name with a text column (load_dataset(PATH, "
+                     "split=train): torchtitan's dataset_path, read by its c4_test loader)",
+             "tokenizer": "the model's Hugging Face tokenizer folder (tokenizer.json: torchtitan's hf_assets_path)",
+             "mock": "the c4_test sample of a torchtitan checkout (TORCHTITAN_ROOT/tests/assets; tokenizer "
+                     "default TORCHTITAN_ROOT/tests/assets/tokenizer)"}
+
+
+def versions(version: str) -> tuple[tuple[VersionCheck, ...], tuple[tuple[str, str, str], ...]]:
+    """The packages launch.sh accepts for an export written for torchtitan `version`, and the source probes that
+    tell a checkout of main (which still reports 0.2.2 in assets/version.txt but renamed the batch flags:
+    training.num_tokens_per_microbatch_per_dp_rank ...) from the release."""
+    if version == V02:
+        return ((VersionCheck("torchtitan", "0.2.0", "0.3", dists=("torchtitan",)),
+                 VersionCheck("torch", "2.11", "2.13", dists=("torch",))),
+                (("torchtitan/config/job_config.py", "local_batch_size",
+                  "this torchtitan has no 0.2.x JobConfig with training.local_batch_size (a checkout of main or "
+                  "0.3.x): export with --runtime-version 0.3.0 for a 0.3.x release"),))
+    return ((VersionCheck("torchtitan", "0.3.0", "0.4", dists=("torchtitan",)),
+             VersionCheck("torch", "2.14", dists=("torch",))),
+            (("torchtitan/config/configs.py", "local_batch_size",
+              "this torchtitan renamed training.local_batch_size / global_batch_size / seq_len and "
+              "parallelism.pipeline_parallel_microbatch_size (main after 0.3.0); the export writes 0.3.0's names"),))
+
+
+def _data_flags(version: str) -> list[str]:
+    """Bash lines building DATA_FLAGS from the data variables, in the flag names of `version`."""
+    ds, tok, dump = (("--training.dataset", "--model.hf_assets_path", "--job.dump_folder") if version == V02 else
+                     ("--dataloader.dataset", "--hf_assets_path", "--dump_folder"))
+    return [f'if [ "${MOCK_VAR}" = 1 ]; then',
+            '  : "${TORCHTITAN_ROOT:?set TORCHTITAN_ROOT to a torchtitan checkout: mock data is its '
+            'tests/assets/c4_test sample}"',
+            f'  DATA_FLAGS=({ds} c4_test {ds}_path "$TORCHTITAN_ROOT/tests/assets/c4_test" '
+            f'{tok} "${{{TOKENIZER_VAR}:-$TORCHTITAN_ROOT/tests/assets/tokenizer}}")',
+            "else",
+            f'  DATA_FLAGS=({ds} c4_test {ds}_path "${DATA_VAR}" {tok} "${TOKENIZER_VAR}")',
+            "fi",
+            "# logs, traces and checkpoints: BAIGE_OUTPUT_DIR (default: outputs/ beside this script)",
+            f'DATA_FLAGS+=(--training.steps "${ITERS_VAR}" {dump} "${{BAIGE_OUTPUT_DIR:-$HERE/outputs}}")']
+
+
+def _launch(title: str, nnodes: int, nproc: int, module: bool, mock: bool = False, version: str = VERSION) -> str:
+    checks, probes = versions(version)
+    torch_pin = TORCH_VERSION if version == VERSION else "2.11"
+    how = (f"--module {CONFIG_MODULE}" if version == VERSION else f"--experimental.custom_import {CONFIG_MODULE}")
     return "\n".join([
         "#!/usr/bin/env bash",
         f"# {title}",
-        f"# torchtitan=={VERSION} (torch=={TORCH_VERSION}): run this same script on each of the {nnodes} node(s) with",
+        f"# torchtitan=={version} (torch=={torch_pin}): run this same script on each of the {nnodes} node(s) with",
         "# NODE_RANK=0..NNODES-1; they rendezvous at MASTER_ADDR (default: the first host in ./hostfile).",
         "# Extra torchtitan flags given to this script go after the exported ones (tyro: the last one wins).",
         "set -euo pipefail",
@@ -766,6 +858,8 @@ def _launch(title: str, nnodes: int, nproc: int, module: bool) -> str:
         'NODE_RANK="${NODE_RANK:-0}"',
         "MASTER_ADDR=\"${MASTER_ADDR:-$(awk '!/^#/ && NF {print $1; exit}' \"$HERE/hostfile\")}\"",
         'MASTER_PORT="${MASTER_PORT:-29500}"',
+        *data_lines(**DATA_HELP, mock_default=mock),
+        *version_check_lines(f"torchtitan=={version} on torch {checks[1].range[len('torch'):]}", checks, probes),
         "flags=(); subcommands=()",
         "while read -r -a words; do",
         '  [ "${#words[@]}" -eq 0 ] && continue',
@@ -775,11 +869,165 @@ def _launch(title: str, nnodes: int, nproc: int, module: bool) -> str:
         '    *) subcommands+=("${words[@]}") ;;',
         "  esac",
         f'done < "$HERE/{ARGS_FILE}"',
-        "v=$(python3 -c 'import torchtitan; print(torchtitan.__version__)' 2>/dev/null || echo none)",
-        f'[ "$v" = "{VERSION}" ] || echo "launch.sh: these arguments target torchtitan=={VERSION}, found $v" >&2',
+        *_data_flags(version),
         *(['export PYTHONPATH="$HERE${PYTHONPATH:+:$PYTHONPATH}"   '
-           f'# {CONFIG_MODULE}.py (--module {CONFIG_MODULE})'] if module else []),
+           f'# {CONFIG_MODULE}.py ({how})'] if module else []),
         'export PYTORCH_ALLOC_CONF="${PYTORCH_ALLOC_CONF:-expandable_segments:True}"',
         'exec torchrun --nnodes "$NNODES" --nproc-per-node "$NPROC_PER_NODE" --node-rank "$NODE_RANK" \\',
         '  --rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT" --rdzv-id "${RDZV_ID:-baige-plan}" \\',
-        '  -m torchtitan.train "${flags[@]}" "$@" "${subcommands[@]}"', ""])
+        '  -m torchtitan.train "${flags[@]}" "${DATA_FLAGS[@]}" "$@" "${subcommands[@]}"', ""])
+
+
+# -- torchtitan 0.2.x (torch 2.11 / 2.12 stacks): JobConfig flags, no config_registry -------------------------
+# Read at the v0.2.2 tag (73a0e697, 2026-02-20): torchtitan/config/job_config.py (JobConfig: job, model, training,
+# parallelism, activation_checkpoint, experimental sections; tyro flags `--section.field value`, list[str] values
+# comma-separated: config/manager.py register_tyro_rules), models/llama3/infra/parallelize.py parallelize_llama.
+
+
+def refusal_v02(s: dict, prec: str, world: int) -> tuple[str, str] | None:
+    """(field, reason) when torchtitan 0.2.x does not run the plan as costed. parallelize_llama (and qwen3's)
+    applies FSDP2 -- and with it the MixedPrecisionPolicy -- only when parallel_dims.fsdp_enabled
+    (dp_shard > 1 or cp > 1); replicated data parallelism alone is DDP, which raises "DDP has not supported
+    > 1D parallelism" with any other dimension, and without FSDP the model trains in fp32."""
+    dp, cp, zero = s["dp"], s.get("cp", 1), s.get("zero", 0)
+    shard = dp if zero >= 2 else 1
+    if zero == 0 and dp > 1 and world != dp:
+        return ("strategy.zero", f"torchtitan {V02} runs replicated data parallelism (zero=0, dp={dp}) as DDP, which "
+                f"refuses any other parallelism (tp={s['tp']}, pp={s['pp']}, cp={cp}; models/llama3/infra/"
+                "parallelize.py: \"DDP has not supported > 1D parallelism\"): plan with --zero 3, or export for "
+                f"torchtitan {VERSION}")
+    if shard == 1 and cp == 1 and prec in ("bf16", "fp8"):
+        return ("inputs.job.precision", f"torchtitan {V02} sets {prec} mixed precision only through FSDP "
+                f"(data_parallel_shard_degree > 1 or cp > 1); this plan (zero={zero}, dp={dp}, cp={cp}) would "
+                "train in fp32, which it was not costed for: plan with --precision fp32, or --zero 3 with dp > 1, "
+                f"or export for torchtitan {VERSION}")
+    if s.get("ep", 1) > 1 and s.get("etp", 1) not in (1, s["tp"]):
+        return ("strategy.etp", f"torchtitan {V02} runs expert tensor parallelism 1 or tp={s['tp']}, not "
+                f"etp={s['etp']}")
+    return None
+
+
+def _v02_module(model, title: str) -> str:
+    """An --experimental.custom_import module registering the planned dense model as a llama3 flavor of
+    torchtitan 0.2.x (models/llama3/__init__.py llama3_args, looked up by train.py with --model.flavor)."""
+    d = built_shape(model)
+    base = int(2 * 4 * d["hidden"] / 3)     # models/llama3/model/model.py FeedForward: int(2 * 4 * dim / 3)
+    diffs = model_differences(model)
+    flavor = planned_flavor(model)
+    doc = (f"Generated by baige-plan for torchtitan=={V02}: imported by torchtitan.train through "
+           f"--experimental.custom_import {CONFIG_MODULE} (launch.sh puts this folder on PYTHONPATH); it registers "
+           f"{_get(model, 'name')}'s shape ({_shape_text(_shape(model))}) as llama3 flavor {flavor!r}: RMSNorm, no "
+           "linear biases, RoPE theta 500000 (what the plan does not record is Llama 3's). The SwiGLU width is "
+           "exact: multiple_of = the width and ffn_dim_multiplier = width / int(8 * dim / 3).")
+    if diffs:
+        doc += " Built otherwise than planned: " + "; ".join(f"{x.field} {x.planned} -> {x.built}" for x in diffs) + "."
+    diff_lines = ["MODEL_DIFFERENCES = {"] + [f"    {x.field!r}: ({x.planned!r}, {x.built!r})," for x in diffs] + ["}"] \
+        if diffs else ["MODEL_DIFFERENCES: dict = {}"]
+    return "\n".join([
+        f'"""{title}', "", *textwrap.wrap(doc, 100), '"""', "",
+        "from torchtitan.models.llama3 import TransformerModelArgs, llama3_args", "", f"FLAVOR = {flavor!r}",
+        "# what this module builds otherwise than the planned model: field -> (planned, built)", *diff_lines, "",
+        "llama3_args[FLAVOR] = TransformerModelArgs(",
+        f"    dim={d['hidden']}, n_layers={d['layers']}, n_heads={d['heads']}, n_kv_heads={d['kv_heads']},",
+        f"    vocab_size={d['vocab']}, multiple_of={d['ffn_hidden']}, ffn_dim_multiplier={d['ffn_hidden']} / {base},",
+        "    rope_theta=500000,", ")", ""])
+
+
+def _export_v02(i: dict) -> Export:
+    s, job, model = i["s"], i["job"], i["model"]
+    prec = job.get("precision", "bf16")
+    if prec == "fp16":
+        raise SpecError("inputs.job.precision", f"torchtitan {V02} cannot train in fp16 (training.mixed_precision_param "
+                        "is bfloat16 or float32, no loss scaling)")
+    tp, pp, dp, cp, ep = s["tp"], s["pp"], s["dp"], s.get("cp", 1), s.get("ep", 1)
+    etp, zero, mb, vpp, m = s.get("etp", 1), s.get("zero", 0), s["micro_batch"], s.get("vpp", 1), i["m"]
+    world = tp * pp * dp * cp
+    refused = refusal_v02(s, prec, world)
+    if refused:
+        raise SpecError(*refused)
+    caveats = [c for c in common_caveats(i) if not c.startswith("free-form layer split")]
+    shape = _shape(model)
+    f = flavor_for(model)
+    extra: list[ExportFile] = []
+    if f is not None:
+        margs = [("--model.name", f.module), ("--model.flavor", f.flavor)]
+    else:
+        why = None
+        if "experts" in shape:
+            why = "an MoE model torchtitan does not ship (0.2.x has no generated-config path for MoE)"
+        elif shape["tie_embeddings"]:
+            why = "tied embeddings (0.2.x llama3 has no weight tying)"
+        elif shape["head_dim"] * shape["heads"] != shape["hidden"]:
+            why = f"head_dim {shape['head_dim']} != hidden / heads (0.2.x llama3 derives it)"
+        if why:
+            raise SpecError("inputs.model", f"torchtitan {V02} cannot build {model.get('name')}: {why}; export for "
+                            f"torchtitan {VERSION} (--runtime-version {VERSION})")
+        margs = [("--experimental.custom_import", CONFIG_MODULE), ("--model.name", "llama3"),
+                 ("--model.flavor", planned_flavor(model))]
+        extra.append(ExportFile(f"{CONFIG_MODULE}.py", _v02_module(model, i["title"])))
+        caveats += [x.text for x in model_differences(model)]
+    if prec == "fp8":
+        margs += [("--model.converters", "quantize.linear.float8"),
+                  ("--quantize.linear.float8.recipe_name", "rowwise"),
+                  ("--quantize.linear.float8.filter_fqns", "output")]
+        caveats.append("fp8 = torchtitan's quantize.linear.float8 converter (rowwise, output layer kept bf16): needs "
+                       "torchao and SM89+ GPUs; run eagerly as costed")
+    rep, shard = (dp, 1) if zero == 0 else (1, dp)
+    if zero == 1:
+        caveats.append(f"torchtitan has no ZeRO-1: exported as FSDP2 full shard (ZeRO-3) over dp={dp}")
+    if tp > 1 and not s.get("sequence_parallel"):
+        caveats.append(f"torchtitan {V02} always runs sequence parallelism with tp={tp}; the plan has it off")
+    if "experts" not in shape and ep > 1:
+        caveats.append(f"ep={ep} on a dense model has no effect in torchtitan")
+    local = mb * m if pp > 1 else mb
+    args: list[tuple[str, object]] = margs + [
+        ("--training.local_batch_size", local), ("--training.global_batch_size", i["gb"]),
+        ("--training.seq_len", job["seq_len"]), ("--training.dtype", "float32"),
+        ("--training.mixed_precision_param", "float32" if prec == "fp32" else "bfloat16"),
+        ("--training.mixed_precision_reduce", "float32"),
+        ("--parallelism.data_parallel_replicate_degree", rep), ("--parallelism.data_parallel_shard_degree", shard),
+        ("--parallelism.fsdp_reshard_after_forward", "never" if zero == 2 else "default"),
+        ("--parallelism.tensor_parallel_degree", tp), ("--parallelism.context_parallel_degree", cp),
+        ("--parallelism.expert_parallel_degree", ep),
+        ("--parallelism.expert_tensor_parallel_degree", etp if ep > 1 else 1),
+        ("--parallelism.pipeline_parallel_degree", pp),
+        ("--parallelism.pipeline_parallel_schedule", "Interleaved1F1B" if vpp > 1 else "1F1B"),
+        ("--parallelism.pipeline_parallel_microbatch_size", mb)]
+    if pp > 1:
+        counts = list(i["counts"])
+        L = sum(counts)
+        virtual = [L // (pp * vpp)] * (pp * vpp) if vpp > 1 else counts
+        if vpp > 1 and (len(set(counts)) > 1 or L % (pp * vpp)):
+            caveats.append(f"interleaving over an uneven split {counts} (vpp={vpp}) is not expressible: exported as "
+                           f"{pp * vpp} virtual stages of {L // (pp * vpp)} layers")
+        if len(set(virtual)) == 1:
+            args += [("--parallelism.pipeline_parallel_layers_per_stage", virtual[0]),
+                     ("--parallelism.pipeline_parallel_first_stage_less_layers", 0),
+                     ("--parallelism.pipeline_parallel_last_stage_less_layers", 0)]
+        else:
+            parts = [[("output" if x == "lm_head" else x) for x in mods] for mods in _stage_modules(virtual)]
+            args.append(("--parallelism.module_fqns_per_model_part", " ".join(",".join(p) for p in parts)))
+        if vpp == 1 and m < pp:
+            caveats.append(f"Schedule1F1B needs micro-batches ({m}) >= pp ({pp})")
+    ac = s.get("recompute", "none")
+    args.append(("--activation_checkpoint.mode", ac))
+    if ac == "selective":
+        args.append(("--activation_checkpoint.selective_ac_option", "op"))   # op-level SAC, as costed
+    args.append(("--metrics.log_freq", 1))
+    lines = [f"# {i['title']}",
+             f"# {RUNTIME.title}: torchtitan=={V02} (torch 2.11 / 2.12 stacks) torchtitan.train arguments, one per "
+             "line (JobConfig flags; launch.sh passes them in order)",
+             f"# world = tp {tp} x pp {pp} x dp {dp} x cp {cp} = {world} ranks; {m} micro-batches of {mb} per "
+             "replica per step; eager (no torch.compile), SDPA causal attention"]
+    lines += [f"# cannot express: {c}" for c in caveats]
+    lines += [k if v is None else f"{k} {v}" for k, v in args]
+    groups = i["cluster"].get("groups", [])
+    nproc = groups[0]["devices_per_node"] if groups else world
+    nnodes = max(1, -(-world // nproc))
+    files = [ExportFile(ARGS_FILE, "\n".join(lines) + "\n"),
+             ExportFile("launch.sh", _launch(i["title"], nnodes, nproc, bool(extra), i["opts"].mock_data, V02)),
+             hostfile_file(i, "one line per node (placeholder names: replace with yours); "
+                           "launch.sh rendezvouses at the first one", fmt="plain"),
+             slurm_file(i, nnodes=nnodes, gpus=nproc, runtime=f"torchtitan-{V02}", data_kw=DATA_HELP),
+             *extra]
+    return Export(tuple(files), tuple(caveats))

@@ -27,6 +27,7 @@ from baige_plan.cost.estimate import (
     DEEPSPEED_COLLECTIVES_PER_LAYER,
     ZERO3_COLLECTIVES_PER_LAYER,
     adam_bytes_per_param,
+    engine_precision,
     stage_cost,
 )
 from baige_plan.cost.execution import EAGER
@@ -102,7 +103,9 @@ class Bounds:
         self.model, self.group, self.job = model, group, job
         self.runtime = runtimes.get(runtime)
         self.knobs = runtimes.knobs(runtime)
-        self.rates = ChipRates.of(group.chip, job.precision)
+        # the engine the group's chip runs the job's matmuls in under this runtime (issue 18: fp32 -> TF32 on
+        # A100/H100 with Megatron's NGC stack), as estimate.stage_cost costs it, so the bound stays a bound
+        self.rates = ChipRates.of(group.chip, engine_precision(group, job.precision, runtime))
         self.capacity_gib = group.chip.need("memory_gib")
         # a measured profile (specs/profile.py) may store fewer activation bytes or step the optimizer
         # faster than the analytical terms below: scale them by its smallest ratio so they stay bounds

@@ -399,7 +399,7 @@ def standalone_throughputs(model: ModelSpec, cluster: ClusterSpec, job: JobSpec,
     out = {}
     for g in cluster.groups:
         best = 0.0
-        if runs_on(g, job):
+        if runs_on(g, job, runtime):
             plans = searched[g.name] if searched is not None and g.name in searched else \
                 _search_group(model, g, job, memory_frac, 1, time_limit_s, lim, runtime)
             if plans:
@@ -569,7 +569,7 @@ def _idle_reasons(model, cluster, job, p: PipelinesSpec, e: Estimate, results: l
         idle = g.devices - used.get(g.name, 0)
         if idle <= 0:
             continue
-        missing = missing_figure(g, job)
+        missing = missing_figure(g, job, runtime)
         if missing is not None:
             why = f"its chip file lacks {missing} for {job.precision}"
         else:
@@ -581,5 +581,9 @@ def _idle_reasons(model, cluster, job, p: PipelinesSpec, e: Estimate, results: l
             else:
                 why = (f"no plan that uses more of it fits in memory and runs on {runtime} "
                        f"(devices do not divide into whole replicas, or memory)")
+            if job.global_batch % max(1, g.devices // max(1, min(g.devices_per_node, g.devices))) != 0:
+                # the batch does not split over one replica per node of this group: say how to use it anyway
+                why += ("; --batch-tolerance PCT lets the global batch move to a size that splits over whole groups "
+                        "(search/batch_tolerance.py)")
         out.append((g.name, idle, why))
     return tuple(out)

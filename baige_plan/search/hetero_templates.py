@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from itertools import combinations, permutations, product
 
 from baige_plan.cost.compute import ChipRates
-from baige_plan.cost.estimate import Estimate
+from baige_plan.cost.estimate import Estimate, engine_precision
 from baige_plan.cost.hetero import estimate_pipelines
 from baige_plan.errors import SpecError
 from baige_plan.specs.job import JobSpec
@@ -101,15 +101,17 @@ def tp_options(model: ModelSpec, g: GroupSpec, lim: Limits = Limits()) -> list[i
             and model.heads % t == 0 and model.kv_heads % t == 0 and model.ffn_hidden % t == 0 and lim.tp_ok(t)]
 
 
-def runs_on(g: GroupSpec, job: JobSpec) -> bool:
+def runs_on(g: GroupSpec, job: JobSpec, runtime: str = "flagscale") -> bool:
     """The group's chip has the numbers the cost model needs for this precision."""
-    return missing_figure(g, job) is None
+    return missing_figure(g, job, runtime) is None
 
 
-def missing_figure(g: GroupSpec, job: JobSpec) -> str | None:
-    """The first figure the cost model needs for this precision that g's chip file lacks (None: none)."""
+def missing_figure(g: GroupSpec, job: JobSpec, runtime: str = "flagscale") -> str | None:
+    """The first figure the cost model needs for this precision that g's chip file lacks (None: none). The
+    precision is the one g's chip runs the job's matmuls in (cost/estimate.py engine_precision: a tf32 job
+    runs IEEE fp32 on a chip without TF32)."""
     try:
-        r = ChipRates.of(g.chip, job.precision)
+        r = ChipRates.of(g.chip, engine_precision(g, job.precision, runtime))
         g.chip.gemm_curve(r.dtype)
         g.chip.need("memory_gib")
     except SpecError as ex:

@@ -65,7 +65,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from baige_plan import runtimes
 from baige_plan.cost.compute import ChipRates
+from baige_plan.cost.estimate import engine_precision
 from baige_plan.cost.flops import megatron_model_flops
 from baige_plan.errors import InputError, SpecError
 from baige_plan.search.solver import SearchResult, search
@@ -162,16 +164,20 @@ def compute_floor_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec) -> flo
     g = cluster.groups[0]
     if model.moe is not None or g.profile is not None:
         return None
-    try:
-        r = ChipRates.of(g.chip, job.precision)
-        dtypes = {r.dtype, r.attn_dtype} | ({r.fused_dtype} if r.fused_dtype else set())
-        eff = max(max(e for _, e in g.chip.gemm_curve(d).points) for d in dtypes)
-    except SpecError:
-        return None
-    if g.chip.flash_efficiency is not None:
-        eff = max(eff, g.chip.flash_efficiency)
-    peak = max(r.peak_flops, r.attn_peak_flops, r.fused_peak_flops)
-    return megatron_model_flops(model, job.global_batch, job.seq_len) / (g.devices_per_node * peak * eff)
+    best = 0.0
+    # every engine a runtime may run the job's matmuls in on this chip (issue 18, cost/estimate.py
+    # engine_precision: fp32 runs TF32 under Megatron's stack): the fastest, so the floor holds for any runtime
+    for prec in sorted({engine_precision(g, job.precision, rt) for rt in runtimes.NAMES}):
+        try:
+            r = ChipRates.of(g.chip, prec)
+            dtypes = {r.dtype, r.attn_dtype} | ({r.fused_dtype} if r.fused_dtype else set())
+            eff = max(max(e for _, e in g.chip.gemm_curve(d).points) for d in dtypes)
+        except SpecError:
+            return None
+        if g.chip.flash_efficiency is not None:
+            eff = max(eff, g.chip.flash_efficiency)
+        best = max(best, max(r.peak_flops, r.attn_peak_flops, r.fused_peak_flops) * eff)
+    return megatron_model_flops(model, job.global_batch, job.seq_len) / (g.devices_per_node * best)
 
 
 def _on(cluster: ClusterSpec, n: int) -> ClusterSpec:
@@ -295,3 +301,52 @@ def why_none(r: PartialResult) -> str:
         text += (f" (nor on {', '.join(map(str, rest[:-1]))}{' or ' if len(rest) > 1 else ''}{rest[-1]} of the "
                  f"{r.available} nodes)")
     return text
+
+
+def smallest_fitting(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, bounds: Bounds, pins: Pins,
+                     budget_s: float = 4.0) -> tuple[int, str] | None:
+    """When no plan fits a one-group cluster in memory: the smallest node count of the same chip and node size
+    on which the search finds a plan (issue 19: "the smallest cluster that fits"). Doubles the node count until
+    a plan fits, then halves the gap between the last count that did not and the first that did (the global
+    batch may not split over some counts in between: the smallest *found* is reported). None when nothing fits
+    within the device limit or `budget_s` seconds. Returns (nodes, the best plan's short description)."""
+    from baige_plan.limits import MAX_DEVICES
+    if len(cluster.groups) != 1:
+        return None
+    g = cluster.groups[0]
+    t_end = time.perf_counter() + budget_s
+    cache: dict[int, str | None] = {}
+
+    def fits(n: int) -> str | None:
+        if n not in cache:
+            left = t_end - time.perf_counter()
+            if left <= 0:
+                raise TimeoutError
+            try:
+                r = search(model, replace(cluster, groups=(replace(g, nodes=n),)), job, bounds, pins, top=1,
+                           time_limit_s=min(2.0, left))
+            except SpecError:
+                r = None
+            s = r.plans[0].strategy if r is not None and r.plans else None
+            cache[n] = None if s is None else (f"tp {s.tp} pp {s.pp} dp {s.dp} cp {s.cp} zero {s.zero} "
+                                               f"recompute {s.recompute}")
+        return cache[n]
+
+    lo, hi = g.nodes, g.nodes * 2
+    try:
+        while fits(hi) is None:
+            lo, hi = hi, hi * 2
+            if hi * g.devices_per_node > MAX_DEVICES:
+                return None
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if fits(mid) is not None:
+                hi = mid
+            else:
+                lo = mid
+    except TimeoutError:
+        found = [n for n, v in cache.items() if v is not None]
+        if not found:
+            return None
+        hi = min(found)
+    return hi, cache[hi]

@@ -64,7 +64,12 @@ Islands. Groups that can still talk (same family, or a bridge not dropped) form 
 span: every maximal clique of that graph, and each of its groups alone. Candidates come from all of them;
 a plan lives on one (e.g. losing the only bridge of a mixed cluster: a plan on each side, the better kept).
 Choice. T_ref = tokens/s of the fastest fresh plan (of the fastest candidate when no fresh plan fits);
-among the candidates with tokens/s >= (1 - max_loss) T_ref, the fewest bytes moved, ties to the faster.
+among the candidates with tokens/s >= (1 - max_loss) T_ref, the fewest bytes moved, ties to the faster --
+except that a layout farther from the old one (`layout_distance`: another tp or cp, each doubling or halving of
+pp, an uneven layer split, interleaving or ZeRO-3 switched) must clearly move less (issue 19: losing one of 32
+nodes picked tp1 pp28 cp8): among the plans moving at most NEAR_BYTES x the fewest bytes (and less than the fresh
+plan placed in order) the closest layout wins, then the fewest bytes, then the faster. Healthy nodes the plan
+leaves idle are named hot spares, with why (no plan of the global batch fits on more nodes, or more move more).
 `--drop-count GROUP:N` loses the N least disruptive nodes: nodes hosting no rank first, then those of the
 highest (pipeline, replica) they host, highest index first -- whole last replicas with the usual placement.
 Not modelled: devices keep their index inside a node (no permutation within a node: a tp 4 -> 2 change keeps
@@ -89,6 +94,7 @@ from baige_plan.cost.memory import precision_state_bytes, weight_bytes
 from baige_plan.cost.params import layer_params_split
 from baige_plan.errors import InputError, SpecError
 from baige_plan.io.topologies import DEFAULT_BRIDGE_GBPS_PER_NODE, DEFAULT_BRIDGE_LATENCY_US
+from baige_plan.limits import MAX_DEVICES, MAX_GROUPS
 from baige_plan.search.placement import Slot, placement
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
@@ -101,8 +107,13 @@ FRESH_TOP = 6            # plans kept per node count of the homogeneous search
 MAX_LOSS = 0.03          # default --max-loss
 MICRO_BATCHES = (1, 2, 4, 8, 16)   # micro-batch sizes the keep family tries besides the old one
 RECOMPUTE = ("selective", "full", "none")
+# what each family's plan label says (the JSON `family` keeps the short name)
+LABELS = {"keep": "old layout kept", "rebalance": "old stages, layers rebalanced",
+          "same tp": "old tp/cp kept, new pipeline", "fresh": "new layout"}
+NEAR_BYTES = 2.0           # a layout farther from the old one is chosen only below 1/NEAR_BYTES of the bytes
+MAX_ASSIGN = 4_000_000     # node pairs of the max-weight assignment (2,000 x 2,000); beyond it the natural order
 OVERLAP_BLOCK = 4_000_000   # elements per numpy block of the overlap computation (bounded memory)
-_NODE = re.compile(r"^(?P<group>.+?):(?P<lo>\d+)(?:-(?P<hi>\d+))?$")
+_NODE = re.compile(r"^(?P<group>.+?):(?P<lo>[0-9]+)(?:-(?P<hi>[0-9]+))?$")   # ASCII digits only (not '²')
 
 
 # -- the change ---------------------------------------------------------------------------------------------
@@ -151,6 +162,9 @@ def parse_nodes(spec: str, cluster: ClusterSpec, option: str = "--drop") -> list
         raise InputError(option, spec, f"unknown node or group {grp!r}: nodes are GROUP:INDEX, GROUP:FIRST-LAST "
                          f"or GROUP, groups: {', '.join(names)}")
     g = cluster.group(m["group"])
+    if any(x is not None and len(x) > 9 for x in (m["lo"], m["hi"])):     # int() of 5,000 digits raises
+        raise InputError(option, spec[:60] + ("..." if len(spec) > 60 else ""),
+                         f"node index out of range: group {g.name!r} has nodes 0-{g.nodes - 1}")
     lo = int(m["lo"])
     hi = int(m["hi"]) if m["hi"] is not None else lo
     if hi < lo or hi >= g.nodes:
@@ -188,7 +202,7 @@ def apply_changes(cluster: ClusterSpec, slots: list[Slot], drops: list[str], dro
                 gone.append(name)
     for spec in drop_counts:
         grp, _, num = spec.strip().rpartition(":")
-        if not grp or not num.isdigit() or int(num) < 1:
+        if not grp or not (num.isascii() and num.isdigit()) or len(num) > 9 or int(num) < 1:
             raise InputError("--drop-count", spec, "expected GROUP:N (N >= 1 nodes of group GROUP)")
         if grp not in w.groups:
             raise InputError("--drop-count", spec, f"unknown group {grp!r} (groups: {', '.join(w.groups)})")
@@ -222,6 +236,13 @@ def apply_changes(cluster: ClusterSpec, slots: list[Slot], drops: list[str], dro
                                    f"default cpu-forwarding bridge ({DEFAULT_BRIDGE_GBPS_PER_NODE:g} GB/s per node)")
         w.avail[g.name] += new
         w.added += new
+    total = sum(len(w.avail[n]) * w.groups[n].devices_per_node for n in w.groups)
+    if adds and total > MAX_DEVICES:
+        raise InputError("--add", "", f"the cluster would have {total:,} devices, more than the limit of "
+                         f"{MAX_DEVICES:,}")
+    if len(w.groups) > MAX_GROUPS:
+        raise InputError("--add", "", f"the cluster would have {len(w.groups)} groups, more than the limit of "
+                         f"{MAX_GROUPS}")
     for spec in drop_bridges:
         a, sep, b = spec.strip().partition(":")
         if not sep or a not in w.groups or b not in w.groups or a == b:
@@ -548,7 +569,11 @@ def keep_homogeneous(model, w: World, job, s: StrategySpec, group: str, intact: 
     dpn = g.devices_per_node
     per = s.tp * s.pp * s.cp
     out: list[Candidate] = []
-    for r in range(len(w.avail[group]) * dpn // per, 0, -1):
+    from baige_plan.search.space import divisors
+    most = len(w.avail[group]) * dpn // per
+    # r x micro-batch divides the global batch (_batch_options), so only divisors of it: a 10^6-device cluster
+    # is a few dozen counts, not 10^6
+    for r in sorted((d for d in divisors(job.global_batch) if d <= most), reverse=True):
         if (r * per) % dpn:
             continue
         cl = sub_cluster(w, (group,), {group: r * per // dpn})
@@ -561,7 +586,8 @@ def keep_homogeneous(model, w: World, job, s: StrategySpec, group: str, intact: 
         if found:
             e = min(found, key=lambda x: (x.step_time_s, x.strategy.micro_batch != s.micro_batch,
                                           x.strategy.recompute != s.recompute))
-            out.append(Candidate(f"keep: {r} of {s.dp} replicas" + (f", micro-batch {e.strategy.micro_batch}"
+            out.append(Candidate(f"{LABELS['keep']}: " + (f"{r} of {s.dp} replicas" if r <= s.dp else
+                                                          f"{r} replicas (was {s.dp})") + (f", micro-batch {e.strategy.micro_batch}"
                                  if e.strategy.micro_batch != s.micro_batch else "")
                                  + (f", recompute {e.strategy.recompute}" if e.strategy.recompute != s.recompute
                                     else ""), "keep", cl, e, strategy=e.strategy))
@@ -661,8 +687,9 @@ def keep_pipelines(model, w: World, job, p: PipelinesSpec, groups: tuple[str, ..
                                                            micro_batches=job.global_batch // (r * mb)),))
             used = tuple(g for g in groups if g in q.devices_by_group())
             c = _pipelines_candidate(model, w, job, used, q, frac,
-                                     f"keep: {r} of {sh.replicas} replicas" + (f", micro-batch {mb}" if mb != p.micro_batch
-                                                                               else ""), "keep")
+                                     f"{LABELS['keep']}: " + (f"{r} of {sh.replicas} replicas" if r <= sh.replicas
+                                                              else f"{r} replicas (was {sh.replicas})")
+                                     + (f", micro-batch {mb}" if mb != p.micro_batch else ""), "keep")
             if c is not None:
                 out.append(c)
                 break
@@ -715,7 +742,7 @@ def rebalance(model, w: World, job, p: PipelinesSpec, groups: tuple[str, ...], f
             q, e = polish(model, cl, job, sol[0], frac, POLISH_EVALS // 2)
             if e is None:
                 continue
-            label = ("rebalance: " + " > ".join(f"{g} tp{tp} x{n}" for g, tp, n in segs) + f", {r} replicas"
+            label = (f"{LABELS['rebalance']}: " + " > ".join(f"{g} tp{tp} x{n}" for g, tp, n in segs) + f", {r} replicas"
                      + (f", recompute {rc}" if rc != base.recompute else ""))
             c = _pipelines_candidate(model, w, job, used, q, frac, label, "rebalance")
             if c is not None:
@@ -743,7 +770,8 @@ def fresh_homogeneous(model, w: World, job, group: str, frac: float, runtime: st
     for n in range(len(w.avail[group]), 0, -1):
         if best_tok and n * g.devices_per_node * best_dev * (1 + SIZE_SLACK) < best_tok:
             break
-        if best_tok and time.perf_counter() > deadline:
+        if time.perf_counter() > deadline:     # --time-limit holds even when nothing is found yet
+            binding = binding or f"no plan found within the time limit on {len(w.avail[group])} to {n + 1} nodes"
             break
         cl = sub_cluster(w, (group,), {group: n})
         for family, pins in runs:
@@ -759,7 +787,7 @@ def fresh_homogeneous(model, w: World, job, group: str, frac: float, runtime: st
                 continue
             for e in r.plans:
                 s = e.strategy
-                out.append(Candidate(f"{family}: {n} nodes, tp{s.tp} pp{s.pp} dp{s.dp} cp{s.cp} vpp{s.vpp} "
+                out.append(Candidate(f"{LABELS[family]}: {n} nodes, tp{s.tp} pp{s.pp} dp{s.dp} cp{s.cp} vpp{s.vpp} "
                                      f"mb{s.micro_batch} {s.recompute}", family, cl, e, strategy=s, result=r))
                 if e.tokens_per_s > best_tok:
                     best_tok, best_dev = e.tokens_per_s, e.tokens_per_s_per_device
@@ -780,7 +808,7 @@ def fresh_hetero(model, w: World, job, groups: tuple[str, ...], frac: float, bas
     used = tuple(g for g in groups if g in r.pipelines.devices_by_group())
     if len(used) < len(groups):
         return [], ""        # a plan on fewer groups: the searches of those groups alone cover it
-    label = "fresh: " + " + ".join(shape_label(sh) for sh in r.pipelines.shapes)
+    label = f"{LABELS['fresh']}: " + " + ".join(shape_label(sh) for sh in r.pipelines.shapes)
     return [Candidate(label, "fresh", cl, r.estimate, pipelines=r.pipelines, result=r)], ""
 
 
@@ -813,7 +841,11 @@ def settle(model, ax: Axis, w: World, old: Store, c: Candidate, optimise: bool =
         A_p, A_o = _pack(new, [(g.name, i) for i in range(g.nodes)], dpn)
         old_keys = [_old_key(n) for n in avail]
         B_p, B_o = _pack(old, old_keys, dpn)
-        if optimise:
+        if optimise and g.nodes * len(avail) > MAX_ASSIGN:
+            optimise_here = False       # a 10^5-node group: an n x n matrix would not fit; old nodes first
+        else:
+            optimise_here = optimise
+        if optimise_here:
             # pairs sharing no part of the parameter axis keep nothing: computed only where the footprints meet
             # (optimizer pieces lie inside the parameter pieces of their device)
             hi = float(max(A_p[..., 1].max(initial=0.0), B_p[..., 1].max(initial=0.0)))
@@ -829,7 +861,8 @@ def settle(model, ax: Axis, w: World, old: Store, c: Candidate, optimise: bool =
         else:
             pick = list(range(g.nodes))
         c.node_map[g.name] = [avail[k] for k in pick]
-        c.spare += [n for k, n in enumerate(avail) if k not in set(pick)]
+        picked = set(pick)
+        c.spare += [n for k, n in enumerate(avail) if k not in picked]
         Bp, Bo = B_p[pick], B_o[pick]
         need_p, need_o = _volume(A_p) * ax.w_bytes, _volume(A_o) * ax.k_bytes
         mv_p = np.clip(need_p - _overlap_pairs(A_p, Bp) * ax.w_bytes, 0, None)
@@ -1012,14 +1045,30 @@ def replan(model: ModelSpec, job: JobSpec, old_cluster: ClusterSpec, old_e: Esti
                                                                          src.ranks, src.ranks_kept)
         else:
             done[key] = settle(model, ax, w, old_store, c)
-    ok.sort(key=lambda c: (round(c.bytes_moved), -c.tokens_per_s, c.label))
-    chosen = ok[0]
+    # issue 19: the fewest bytes moved, but a layout farther from the old one (layout_distance: a deeper pipeline,
+    # another tp or cp, an uneven split) only when it clearly moves less: among the plans moving at most
+    # NEAR_BYTES x the fewest bytes (and less than the fresh plan placed in order), the closest layout, then the
+    # fewest bytes, then the fastest
+    dist = {id(c): layout_distance(c, old_s, old_layout, model) for c in ok}
+    ok.sort(key=lambda c: (round(c.bytes_moved / 1e6), dist[id(c)], -c.tokens_per_s, c.label))
+    fewest = ok[0]
     fresh_ref = None
     if fresh:
         best_fresh = max(fresh, key=lambda c: (c.tokens_per_s, -len(c.label)))
         fresh_ref = settle(model, ax, w, old_store, replace(best_fresh), optimise=False)
+    near = [c for c in ok if c is fewest or (c.bytes_moved <= NEAR_BYTES * fewest.bytes_moved + 1e9 and
+                                             (fresh_ref is None or c.bytes_moved < fresh_ref.bytes_moved))]
+    chosen = min(near, key=lambda c: (dist[id(c)], round(c.bytes_moved / 1e6), -c.tokens_per_s, c.label))
+    ok.sort(key=lambda c: (c is not chosen, round(c.bytes_moved / 1e6), dist[id(c)], -c.tokens_per_s, c.label))
     reason = (f"the fewest bytes moved among the {len(ok)} plan(s) within {max_loss:.1%} of the fastest "
               f"{'fresh ' if fresh else ''}plan's {t_ref:,.0f} tokens/s")
+    if fewest is not chosen:
+        reason += (f"; a layout closer to the old one ({_gb_text(chosen.bytes_moved)} moved) is preferred to "
+                   f"{fewest.label} ({_gb_text(fewest.bytes_moved)}): a farther layout must move under "
+                   f"1/{NEAR_BYTES:g} of the bytes to be chosen")
+    idle = spare_reason(w, chosen, cands, job)
+    if idle:
+        reason += "; " + idle
     sides = [(g, t) for g, t in islands if not any(set(g) < set(h) for h, _ in islands)]
     if len(sides) > 1:
         reason += ("; the groups no longer all talk, so the plan runs on one side (" +
@@ -1028,6 +1077,47 @@ def replan(model: ModelSpec, job: JobSpec, old_cluster: ClusterSpec, old_e: Esti
     return ReplanResult(old=old_e, old_devices=old_e.devices, chosen=chosen, fresh=fresh_ref, candidates=ok,
                         considered=len(cands), islands=islands, world=w, reason=reason,
                         seconds=time.perf_counter() - t0, standalone=standalone)
+
+
+def _gb_text(b: float) -> str:
+    return f"{b / 1e9:,.1f} GB"
+
+
+def layout_distance(c: Candidate, old_s: StrategySpec | None, old_layout: tuple[ShapeLayout, ...],
+                    model: ModelSpec) -> int:
+    """How far `c`'s layout is from the old plan's: 0 for the old layout kept (families keep, rebalance), else
+    one per change of tp, of cp, per doubling or halving of pp, for an uneven layer split where the old one was
+    even, for interleaving switched on or off and for ZeRO-3 switched on or off (homogeneous plans); a new
+    layout on several groups counts 2 (1 when it keeps the old tp and cp)."""
+    if c.family in ("keep", "rebalance"):
+        return 0
+    s = c.strategy
+    if s is None or old_s is None:
+        return 1 if c.family == "same tp" else 2
+    d = int(s.tp != old_s.tp) + int(s.cp != old_s.cp)
+    d += abs(round(math.log2(s.pp / old_s.pp)))
+    d += int(model.layers % s.pp != 0 and model.layers % old_s.pp == 0)
+    d += int((s.vpp > 1) != (old_s.vpp > 1)) + int((s.zero == 3) != (old_s.zero == 3))
+    return d
+
+
+def spare_reason(w: World, chosen: Candidate, cands: list[Candidate], job: JobSpec) -> str:
+    """Why healthy nodes are left out of the chosen plan (they are the hot spares of the next failure)."""
+    out = []
+    for g in chosen.cluster.groups:
+        avail = len(w.avail[g.name])
+        if g.nodes >= avail:
+            continue
+        most = max((c.cluster.group(g.name).nodes for c in cands if len(c.cluster.groups) == 1
+                    and c.cluster.groups[0].name == g.name), default=g.nodes)
+        spare = avail - g.nodes
+        if most < avail:
+            why = (f"no plan of global batch {job.global_batch} fits on {most + 1}"
+                   + (f"-{avail}" if avail > most + 1 else "") + f" nodes of {g.name!r}")
+        else:
+            why = "the plans on more nodes move more state or run slower"
+        out.append(f"{spare} healthy node(s) of {g.name!r} left as hot spares ({why})")
+    return "; ".join(out)
 
 
 def _old_tp(layout: tuple[ShapeLayout, ...], group: str) -> tuple[int, int] | None:

@@ -33,6 +33,7 @@ from itertools import combinations
 from baige_plan.cost.estimate import Estimate
 from baige_plan.cost.money import Price, TrainingCost, fmt_usd, training_cost
 from baige_plan.errors import InputError, SpecError
+from baige_plan.limits import MAX_PRICE_USD
 from baige_plan.specs.chip import ChipSpec
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
@@ -157,6 +158,8 @@ def parse_pool(raw: list[str], resolve_chip) -> list[PoolEntry]:
                              "a100-sxm4-80g:64:3.43")
         ref = parts[0]
         try:
+            if not (parts[1].isascii() and parts[1].isdigit() and len(parts[1]) <= 9):
+                raise ValueError(parts[1])
             n = int(parts[1])
         except ValueError:
             raise InputError("--pool", item, f"MAX_DEVICES {parts[1]!r} is not an integer") from None
@@ -170,8 +173,9 @@ def parse_pool(raw: list[str], resolve_chip) -> list[PoolEntry]:
                 usd = float(parts[2])
             except ValueError:
                 raise InputError("--pool", item, f"USD_PER_DEVICE_HOUR {parts[2]!r} is not a number") from None
-            if not usd == usd or usd < 0 or usd == float("inf"):
-                raise InputError("--pool", item, f"USD_PER_DEVICE_HOUR must be a finite number >= 0, got {parts[2]}")
+            if not 0 <= usd <= MAX_PRICE_USD:
+                raise InputError("--pool", item, f"USD_PER_DEVICE_HOUR must be a number from 0 to "
+                                 f"{MAX_PRICE_USD:,.0f}, got {parts[2]}")
             origin = "--pool"
         elif chip.price_usd_per_device_hour is not None:
             usd, origin = chip.price_usd_per_device_hour, f"chip file ({chip.price_date})"

@@ -11,7 +11,12 @@ import math
 from dataclasses import dataclass, field
 
 from baige_plan.errors import SpecError, require
+from baige_plan.limits import MAX_PRICE_USD
 from baige_plan.specs.link import LinkCurves
+
+# issue 19: a figure beyond these is a unit error (or 1e308), never a chip: about 1,000x the largest real one
+CEILINGS = {"peak_tflops": 1e7, "memory_gib": 1e6, "hbm_GBps": 1e7, "scaleup_GBps": 1e7, "scaleup_p2p_GBps": 1e7,
+            "nic_Gbps": 1e7, "pcie_GBps": 1e6, "scaleup_latency_us": 1e7, "nic_latency_us": 1e7}
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 SCALEUP_KINDS = ("switch", "mesh", "pcie", "torus")
@@ -94,14 +99,16 @@ class ChipSpec:
         require(bool(self.family), "family", "must be a non-empty string")
         for k, v in self.peak_tflops.items():
             require(k in DTYPES, f"peak_tflops.{k}", f"unknown dtype (known: {', '.join(DTYPES)})")
-            require(v is None or v > 0, f"peak_tflops.{k}", f"must be > 0 or null, got {v}")
+            require(v is None or 0 < v <= CEILINGS["peak_tflops"], f"peak_tflops.{k}",
+                    f"must be > 0 and at most {CEILINGS['peak_tflops']:g} or null, got {v}")
         for name in ("memory_gib", "hbm_GBps", "scaleup_GBps", "scaleup_p2p_GBps", "nic_Gbps", "pcie_GBps",
                      "scaleup_latency_us", "nic_latency_us"):
             v = getattr(self, name)
-            require(v is None or v > 0, name, f"must be > 0 or null, got {v}")
+            require(v is None or 0 < v <= CEILINGS[name], name,
+                    f"must be > 0 and at most {CEILINGS[name]:g} or null, got {v}")
         v = self.price_usd_per_device_hour
-        require(v is None or (math.isfinite(v) and v >= 0), "price.usd_per_device_hour",
-                f"must be a finite number >= 0 or null, got {v}")
+        require(v is None or (math.isfinite(v) and 0 <= v <= MAX_PRICE_USD), "price.usd_per_device_hour",
+                f"must be a number from 0 to {MAX_PRICE_USD:,.0f} or null, got {v}")
         for name in ("hbm_efficiency", "scaleup_efficiency", "nic_efficiency", "flash_efficiency"):
             v = getattr(self, name)
             require(v is None or 0 < v <= 1.2, name, f"must be in (0, 1.2] or null, got {v}")

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from baige_plan.errors import require
 from baige_plan.limits import MAX_EXPERTS, MAX_LAYERS, MAX_SEQ_LEN, MAX_VOCAB, MAX_WIDTH
 
 ACTIVATIONS = ("swiglu", "gelu")
+# What a runtime needs to build the same model (issue 17). Every field defaults to None ("not recorded"):
+# exports then keep their style-based defaults, and plan files of models that do not set them are unchanged.
+POSITION_EMBEDDINGS = ("rope", "learned", "alibi", "none")
+NORMS = ("rmsnorm", "layernorm")
+# Hugging Face rope_scaling rope_type values (transformers modeling_rope_utils.py ROPE_INIT_FUNCTIONS)
+ROPE_SCALINGS = ("llama3", "linear", "dynamic", "yarn", "longrope")
 # upper limits (baige_plan/limits.py): far above any real model, low enough that work stays bounded
 _MAX = {"layers": MAX_LAYERS, "hidden": MAX_WIDTH, "heads": MAX_WIDTH, "kv_heads": MAX_WIDTH,
         "head_dim": MAX_WIDTH, "ffn_hidden": MAX_WIDTH, "vocab": MAX_VOCAB, "seq_len": MAX_SEQ_LEN,
@@ -31,6 +38,47 @@ def _at_most(value: int, field: str) -> None:
     require(value <= hi, field, f"{value:,} exceeds the limit of {hi:,}")
 
 
+def _opt_bool(value, field: str) -> None:
+    require(value is None or isinstance(value, bool), field, f"must be true or false, got {value!r}")
+
+
+def _opt_pos_float(value, field: str, below: float | None = None) -> None:
+    if value is None:
+        return
+    require(not isinstance(value, str), field, f"must be a number, got the text {value!r} (YAML reads 1e-5 as "
+            "text: write 1.0e-5)")
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    require(ok and (below is None or value < below), field,
+            f"must be a positive number{f' below {below:g}' if below is not None else ''}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class RopeScalingSpec:
+    """Hugging Face `rope_scaling` (transformers modeling_rope_utils.py): `rope_type` and its `factor`;
+    llama3 also low/high_freq_factor and original_max_position_embeddings, yarn the original length."""
+
+    rope_type: str
+    factor: float
+    low_freq_factor: float | None = None
+    high_freq_factor: float | None = None
+    original_max_position_embeddings: int | None = None
+
+    def __post_init__(self) -> None:
+        require(self.rope_type in ROPE_SCALINGS, "rope_scaling.rope_type",
+                f"must be one of {', '.join(ROPE_SCALINGS)}, got {self.rope_type!r}")
+        _opt_pos_float(self.factor, "rope_scaling.factor")
+        require(self.factor is not None, "rope_scaling.factor", "is required")
+        _opt_pos_float(self.low_freq_factor, "rope_scaling.low_freq_factor")
+        _opt_pos_float(self.high_freq_factor, "rope_scaling.high_freq_factor")
+        for name in ("factor", "low_freq_factor", "high_freq_factor"):
+            v = getattr(self, name)
+            if v is not None:
+                object.__setattr__(self, name, float(v))
+        o = self.original_max_position_embeddings
+        require(o is None or (_is_int(o) and 0 < o <= MAX_SEQ_LEN), "rope_scaling.original_max_position_embeddings",
+                f"must be a positive integer up to {MAX_SEQ_LEN:,}, got {o!r}")
+
+
 @dataclass(frozen=True)
 class MoESpec:
     """Mixture-of-experts part of a model.
@@ -47,8 +95,14 @@ class MoESpec:
     shared_experts: int = 0
     layer_freq: int = 1
     first_dense_layers: int = 0
+    # router: top-k weights renormalised to sum 1 (HF norm_topk_prob; Mixtral always) or the softmax over all
+    # experts kept as is (qwen2_moe norm_topk_prob false); None: not recorded
+    norm_topk_prob: bool | None = None
+    shared_expert_gate: bool | None = None   # a sigmoid gate on the shared experts' output (qwen2_moe)
 
     def __post_init__(self) -> None:
+        _opt_bool(self.norm_topk_prob, "moe.norm_topk_prob")
+        _opt_bool(self.shared_expert_gate, "moe.shared_expert_gate")
         for name in ("experts", "top_k", "expert_ffn_hidden", "layer_freq"):
             _pos_int(getattr(self, name), f"moe.{name}")
         for name in ("shared_experts", "first_dense_layers"):
@@ -75,6 +129,15 @@ class ModelSpec:
     dropout: float = 0.0          # hidden/attention dropout probability (GPT-3-era 0.1; Llama 0)
     moe: MoESpec | None = None
     source: str | None = None
+    # -- what a runtime needs to build the same model (None: not recorded; SPEC §4 model file) --
+    position_embedding: str | None = None      # rope | learned | alibi | none
+    rope_theta: float | None = None            # rotary base (HF rope_theta)
+    rope_scaling: RopeScalingSpec | None = None   # None beside a recorded rope_theta: no scaling
+    norm: str | None = None                    # rmsnorm | layernorm
+    norm_eps: float | None = None              # HF rms_norm_eps / layer_norm_eps / layer_norm_epsilon
+    qk_norm: bool | None = None                # RMSNorm on each head's q and k (Qwen3)
+    qkv_bias: bool | None = None               # bias on the q, k, v projections (Qwen2: true)
+    linear_bias: bool | None = None            # bias on the attention output and MLP linears (GPT-2/3: true)
 
     def __post_init__(self) -> None:
         require(isinstance(self.name, str) and self.name != "", "name", "must be a non-empty string")
@@ -95,9 +158,26 @@ class ModelSpec:
         require(isinstance(self.tie_embeddings, bool), "tie_embeddings", "must be true or false")
         require(isinstance(self.dropout, (int, float)) and not isinstance(self.dropout, bool)
                 and 0.0 <= self.dropout < 1.0, "dropout", f"must be in [0, 1), got {self.dropout!r}")
+        self._check_build_fields()
         if self.moe is not None:
             require(self.moe.first_dense_layers < self.layers, "moe.first_dense_layers",
                     f"first_dense_layers={self.moe.first_dense_layers} leaves no MoE layer of {self.layers}")
+
+    def _check_build_fields(self) -> None:
+        pe = self.position_embedding
+        require(pe is None or pe in POSITION_EMBEDDINGS, "position_embedding",
+                f"must be one of {', '.join(POSITION_EMBEDDINGS)}, got {pe!r}")
+        require(self.norm is None or self.norm in NORMS, "norm", f"must be one of {', '.join(NORMS)}, got {self.norm!r}")
+        _opt_pos_float(self.rope_theta, "rope_theta")
+        _opt_pos_float(self.norm_eps, "norm_eps", below=1.0)
+        for name in ("rope_theta", "norm_eps"):   # one spelling in plan files: 500000 and 500000.0 alike
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, float(getattr(self, name)))
+        for name in ("qk_norm", "qkv_bias", "linear_bias"):
+            _opt_bool(getattr(self, name), name)
+        rope = self.rope_theta is not None or self.rope_scaling is not None
+        require(not rope or pe in (None, "rope"), "position_embedding",
+                f"{pe!r} with rope_theta/rope_scaling set: rotary settings need position_embedding rope")
 
     # -- derived shapes -------------------------------------------------------------------
     @property
@@ -121,3 +201,7 @@ class ModelSpec:
     def moe_layers_in(self, start: int, end: int) -> int:
         return sum(1 for i in range(start, end) if self.is_moe_layer(i))
 
+
+
+BUILD_FIELDS = ("position_embedding", "rope_theta", "rope_scaling", "norm", "norm_eps", "qk_norm", "qkv_bias",
+                "linear_bias")

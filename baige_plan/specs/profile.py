@@ -32,9 +32,16 @@ METHODS = ("measured", "analytical", "published")
 SHAPE_FIELDS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "activation")
 
 
+MAX_SECONDS = 1e6      # one layer's forward or backward on one device (11.6 days): beyond it, a unit error
+MAX_BYTES = 1e18       # 1 EB on one device
+
+
 def _num(v, name: str, positive: bool = False) -> None:
     ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and (v > 0 if positive else v >= 0)
     require(ok, name, f"must be a {'positive' if positive else 'non-negative'} number, got {v!r}")
+    hi = MAX_BYTES if name.endswith("_bytes") else MAX_SECONDS if name.endswith("_s") else None
+    if hi is not None and v > hi:
+        require(False, name, f"must be at most {hi:g} ({'bytes' if hi == MAX_BYTES else 'seconds'}), got {v!r}")
 
 
 def _opt_num(v, name: str) -> None:
@@ -113,6 +120,9 @@ class LayerProfile:
         _num(self.recompute_s, "recompute_s")
         require((self.forward_s is None) == (self.backward_s is None), "backward_s",
                 "forward_s and backward_s come together (both measured or both absent)")
+        for k in ("forward_s", "backward_s"):       # a transformer layer takes time: 0 is a broken measurement
+            v = getattr(self, k)
+            require(v is None or v > 0, k, f"must be > 0 seconds for a transformer layer, got {v!r}")
 
     @property
     def has_times(self) -> bool:

@@ -68,6 +68,30 @@ class GradAccum:
 NO_GRAD_ACCUM = GradAccum()
 
 
+@dataclass(frozen=True)
+class UnfusedKernels:
+    """Memory-bound work a runtime runs as separate PyTorch kernels where the default Megatron stack fuses it
+    (Transformer Engine / apex absent: runtimes/megatron_local.py). HBM bytes the cost model adds
+    (cost/estimate.py stage_cost, _layer_terms); all zero (the default) = the fused kernels of the base costing.
+      rope_fwd_bytes / rope_bwd_bytes: per element of the rotated queries and keys, forward / backward, of
+                 rotary embedding applied by eager ops (Megatron --no-rope-fusion), in full (the base costing
+                 counts a fused RoPE kernel as free).
+      softmax_fwd_bytes / softmax_bwd_bytes: standard (unfused) attention only: per attention-score element, the
+                 scale-mask-softmax traffic that replaces the fused kernel's read + write (2 x activation bytes
+                 forward, twice that backward: compute.layer_memory_bytes).
+      optimizer_extra_bytes: optimizer-step HBM bytes per locally owned parameter beyond the fused Adam kernel's
+                 (cost/estimate.py ADAM_BYTES_PER_PARAM)."""
+
+    rope_fwd_bytes: float = 0.0
+    rope_bwd_bytes: float = 0.0
+    softmax_fwd_bytes: float = 0.0
+    softmax_bwd_bytes: float = 0.0
+    optimizer_extra_bytes: float = 0.0
+
+
+FUSED_KERNELS = UnfusedKernels()
+
+
 MASTERS = ("separate", "params")
 SELECTIVE = ("core_attention", "op_sac")
 LOSSES = ("fused", "eager_fp32")
@@ -212,6 +236,11 @@ class RuntimeSpec:
     zero3_gather: Callable[[int], str]  # pp -> "micro_batch" | "step"
     grad_sync: Callable[[int, int], GradSync]   # (zero, pp) -> GradSync
     tp_comm_overlap: bool = False      # TP collectives overlapped with GEMMs (plans assume off unless set)
+    fp32_matmul: str = "fp32"          # engine of an fp32 job's matmuls in the runtime's usual stack, on chips
+                                       # that have TF32: "tf32" (NGC PyTorch containers set
+                                       # TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1) | "fp32" (IEEE: stock PyTorch >= 1.12,
+                                       # torch.backends.cuda.matmul.allow_tf32 = False); cost/estimate.py
+                                       # engine_precision; a topology group's fp32_matmul overrides it
     grad_bytes: int = 4                # gradient bytes per parameter the DP reduction moves (fp32 main grads)
     memory: MemorySemantics = field(default_factory=MemorySemantics)   # what it allocates (cost/memory.py)
     uneven_interleaved: bool = False   # first/last stage layer counts together with vpp > 1
@@ -234,6 +263,7 @@ class RuntimeSpec:
     export_precisions: tuple[str, ...] | None = None   # precisions its export writes (None: all of
                                        # `precisions`); the others are costed for backtests of published runs
                                        # only, and `plan` refuses them (a plan must start unchanged)
+    unfused: UnfusedKernels = FUSED_KERNELS   # work it runs unfused (no Transformer Engine / apex); zero: fused
     notes: tuple[str, ...] = field(default_factory=tuple)   # sources for the semantics above
     extra_refusal: Callable[..., str | None] | None = None   # runtime-specific rules (model, job, strategy)
 

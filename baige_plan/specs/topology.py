@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from baige_plan.errors import SpecError, require
+from baige_plan.limits import MAX_DEVICES, MAX_DEVICES_PER_NODE, MAX_PRICE_USD
 from baige_plan.specs.chip import ChipSpec
 from baige_plan.specs.link import LinkCurves
 from baige_plan.specs.profile import ProfileSpec
@@ -25,6 +26,10 @@ class GroupSpec:
     nic_curves: LinkCurves | None = None      # measured NIC curves, override the chip's
     profile: ProfileSpec | None = None    # measured per-layer profile of the planned model on this chip (issue 10)
     price_usd_per_device_hour: float | None = None  # overrides the chip's price (cost/money.py, issue 12)
+    nics_per_node: int | None = None      # NICs a node's devices share (None: one per device, as DGX/HGX nodes);
+                                          # NCCL opens one ring channel per NIC (cost/collectives.py _op_curves)
+    fp32_matmul: str | None = None        # "fp32" (IEEE) | "tf32": the engine of fp32/tf32 jobs' matmuls on this
+                                          # group; None = the runtime's stack default (RuntimeSpec.fp32_matmul)
 
     def __post_init__(self) -> None:
         require(bool(self.name), "name", "must be a non-empty string")
@@ -32,12 +37,21 @@ class GroupSpec:
             v = getattr(self, k)
             require(isinstance(v, int) and not isinstance(v, bool) and v > 0, k,
                     f"must be a positive integer, got {v!r}")
+        require(self.devices_per_node <= MAX_DEVICES_PER_NODE, "devices_per_node",
+                f"{self.devices_per_node:,} exceeds the limit of {MAX_DEVICES_PER_NODE:,} devices in one node")
+        require(self.nodes * self.devices_per_node <= MAX_DEVICES, "nodes",
+                f"{self.nodes:,} nodes x {self.devices_per_node:,} devices exceed the limit of {MAX_DEVICES:,} devices")
         for k in ("scaleup_GBps", "scaleout_Gbps"):
             v = getattr(self, k)
             require(v is None or (isinstance(v, (int, float)) and v > 0), k, f"must be > 0, got {v!r}")
+        require(self.nics_per_node is None or (isinstance(self.nics_per_node, int) and self.nics_per_node >= 1),
+                "nics_per_node", f"must be a positive integer, got {self.nics_per_node!r}")
+        require(self.fp32_matmul in (None, "fp32", "tf32"), "fp32_matmul",
+                f"must be fp32 (IEEE) or tf32, got {self.fp32_matmul!r}")
         v = self.price_usd_per_device_hour
-        require(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < float("inf")),
-                "price_usd_per_device_hour", f"must be a number >= 0 (USD per device-hour), got {v!r}")
+        require(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= MAX_PRICE_USD),
+                "price_usd_per_device_hour", f"must be a number from 0 to {MAX_PRICE_USD:,.0f} (USD per device-hour), "
+                f"got {v!r}")
 
     @property
     def devices(self) -> int:

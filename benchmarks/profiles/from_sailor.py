@@ -22,8 +22,12 @@ A100 + V100 scenario) with the TF32 speed the A100 really had; the V100 has no T
 Megatron's standard (non-flash) core attention (no --use-flash-attn), dropout 0.1 (Megatron defaults),
 no activation recomputation, Megatron's GPT-2 vocabulary padded to 50304 (128 x tp).
 
-Only tp = 1 is converted: Sailor measured tp > 1 with real tensor parallelism on tp GPUs, so those
-times include the TP all-reduces, which the cost model adds itself. `--report` compares every entry,
+Only tp = 1 is converted by default: Sailor measured tp > 1 with real tensor parallelism on tp GPUs, so those
+times include the TP all-reduces, which the cost model adds itself. `--all-tp` (issue 18) also writes
+opt-350m.CHIP.fp32.sailor-alltp.yaml with every tp that fits the cloud topology's 4-GPU VMs, the cost model's own
+TP all-reduces of one layer on that VM group taken out of Sailor's times (half forward, half backward): without it
+tp > 1 stays analytical, and the analytical A100 TF32 layer is 1.3x (tp 1) to 2.1x (tp 4, micro-batch 1) faster
+than Sailor measured, which sends too many layers to A100 tp 4 stages. `--report` compares every entry,
 tp > 1 included (against the analytical compute + TP communication), with the analytical model.
 
     .venv/bin/python benchmarks/profiles/from_sailor.py [--repo /work/.mirror/eth-easl+sailor/repo] [--report]
@@ -83,8 +87,11 @@ def optimizer_params(info_tp: dict, hidden: int) -> int:
     return info_tp[EMB]["params_floats"] + 2 * info_tp[STEADY]["params_floats"] + 2 * hidden
 
 
-def entry(times: dict, info_tp: dict, tp: int, mb: int, hidden: int) -> ProfileEntry:
+def entry(times: dict, info_tp: dict, tp: int, mb: int, hidden: int, tp_comm_s: float = 0.0) -> ProfileEntry:
+    """`tp_comm_s`: the cost model's TP communication of one layer per micro-batch (forward + backward, half each:
+    two all-reduces per pass), taken out of Sailor's tp > 1 times, which include it (--all-tp)."""
     fwd, bwd, upd = times[STEADY]
+    fwd, bwd = fwd - tp_comm_s / 2, bwd - tp_comm_s / 2
     lay = info_tp[STEADY]
     return ProfileEntry(
         tp=tp, micro_batch=mb, recompute="none", sequence_parallel=False,
@@ -101,12 +108,27 @@ def entry(times: dict, info_tp: dict, tp: int, mb: int, hidden: int) -> ProfileE
         optimizer_s_per_param=upd / optimizer_params(info_tp, hidden))
 
 
-def convert(prof: dict, info: dict, chip: str, model, tps: tuple[int, ...] = (1,)) -> ProfileSpec:
+def tp_comm_s(model, group, tp: int, mb: int) -> float:
+    """The cost model's TP all-reduces of one transformer layer, forward + backward, per micro-batch, on `group`
+    (the cloud topology's VM group: its scale-up figures), fp32 activations, no sequence parallelism."""
+    from baige_plan.cost.estimate import stage_cost
+    from baige_plan.specs.job import JobSpec
+    s = StrategySpec(tp=tp, pp=3, micro_batch=mb, recompute="none", attention="standard", sequence_parallel=False)
+    one = stage_cost(model, group, JobSpec(mb, 2048, "fp32"), s, 1, 1, 1, 1)
+    return one.tp_s
+
+
+def convert(prof: dict, info: dict, chip: str, model, tps: tuple[int, ...] = (1,), group=None) -> ProfileSpec:
+    """`tps` beyond 1 need `group` (the cluster group whose TP links the planner will cost): Sailor's tp > 1 times
+    include TP all-reduces, so the model's own TP communication on that group is taken out of them."""
     entries = []
     for mb in sorted(prof[chip], key=int):
         for tp in tps:
             if str(tp) in prof[chip][mb]:
-                entries.append(entry(prof[chip][mb][str(tp)], info[str(tp)], tp, int(mb), model.hidden))
+                if tp > 1 and tp > group.devices_per_node:
+                    continue        # Sailor measured it inside one larger VM; the planned VMs have fewer GPUs
+                comm = tp_comm_s(model, group, tp, int(mb)) if tp > 1 else 0.0
+                entries.append(entry(prof[chip][mb][str(tp)], info[str(tp)], tp, int(mb), model.hidden, comm))
     g = GPUS[chip]
     source = (f"Strati et al., Sailor (SOSP'25), {REPO_URL} commit {COMMIT}: {PROFILE.format(gpu=g)} "
               f"(= {PROFILES_TMP}) and {LLM_INFO}")
@@ -119,7 +141,15 @@ def convert(prof: dict, info: dict, chip: str, model, tps: tuple[int, ...] = (1,
              "update = DeepSpeed AdamW step of the profiled model (embedding + 2 layers), per parameter; "
              "memory = llm_info.json floats x micro-batch x 4 B. Only tp = 1: Sailor's tp > 1 times were "
              "measured with real TP and include its all-reduces, which the cost model adds itself.")
-    return ProfileSpec(name=f"opt-350m@{chip}-fp32-sailor", model=profiled_model(model), chip=chip, seq_len=2048,
+    if tps != (1,):
+        notes = notes.replace("Only tp = 1: Sailor's tp > 1 times were measured with real TP and include its "
+                              "all-reduces, which the cost model adds itself.",
+                              f"tp {', '.join(map(str, tps))} (--all-tp): Sailor's tp > 1 times were measured with "
+                              "real TP and include its all-reduces; the cost model's own TP all-reduces of one layer "
+                              "on the cloud topology's VM group (topologies/cloud-a100-v100-128.yaml) are taken out, "
+                              "half from forward, half from backward, since the planner adds them itself.")
+    suffix = "" if tps == (1,) else "-alltp"
+    return ProfileSpec(name=f"opt-350m@{chip}-fp32-sailor{suffix}", model=profiled_model(model), chip=chip, seq_len=2048,
                        precision="fp32", entries=tuple(entries), attention="standard",
                        provenance=Provenance(method="published", device=f"{g} (Sailor's label; GCP)", source=source,
                                              command="python benchmarks/profiles/from_sailor.py", notes=notes))
@@ -172,13 +202,18 @@ def main(argv: list[str] | None = None) -> int:
                     help="a clone (or bare mirror) of eth-easl/sailor holding commit " + COMMIT)
     ap.add_argument("--out-dir", type=Path, default=HERE)
     ap.add_argument("--report", action="store_true", help="print measured / analytical ratios")
+    ap.add_argument("--all-tp", action="store_true", help="also write opt-350m.CHIP.fp32.sailor-alltp.yaml with "
+                    "every tp Sailor measured, the model's TP all-reduces on the cloud VM groups taken out (issue 18)")
     a = ap.parse_args(argv)
     prof, _, info = load(a.repo)
     cat = Catalog.create()
     model = cat.model("opt-350m")
-    for chip in GPUS:
-        p = convert(prof, info, chip, model)
-        path = a.out_dir / f"opt-350m.{chip}.fp32.sailor.yaml"
+    cloud = cat.cluster("cloud-a100-v100-128")[0]
+    variants = [("", (1,))] + ([("-alltp", (1, 2, 4, 8))] if a.all_tp else [])
+    for (suffix, tps), chip in [(v, c) for v in variants for c in GPUS]:
+        group = next(g for g in cloud.groups if g.chip.id == chip)
+        p = convert(prof, info, chip, model, tps, group)
+        path = a.out_dir / f"opt-350m.{chip}.fp32.sailor{suffix}.yaml"
         path.write_text(dump_profile(p, f"# Published per-layer profile converted from Sailor ({REPO_URL} @ {COMMIT}); "
                                         "see provenance"), encoding="utf-8")
         print(f"wrote {path} ({len(p.entries)} entries)", file=sys.stderr)

@@ -54,6 +54,7 @@ class Case:
     validate: str | None = None        # the mutated file, cross-checked with `validate`
     kind: str | None = None            # what `validate` must call it (model, chip, ..., hf-config)
     timeout: float = 10.0
+    must_reject: str | None = None     # an invalid value the command must refuse (exit 2): what it is
 
     @property
     def command(self) -> str:
@@ -452,12 +453,231 @@ def cli_case(rng: random.Random) -> tuple[list[str], dict[str, str]]:
     ]), env
 
 
+# -- every other command and option (issue 19): replan, whatif, profile, plan's money options, explain's
+# pictures, check's baseline update, backtest's gates, export's folders. Values known to be invalid carry
+# must_reject: the command has to refuse them (exit 2), not run with them.
+
+HUGE = "9" * 5000
+BAD_INTS = ["0", "-1", "1e3", "nan", "²", "٣x", HUGE, "99999999999999999999", "", " ", "1.5", "\x1b[31m1"]
+BAD_FLOATS = ["nan", "NaN", "inf", "-inf", "-1", "1e308", "-1e308", "", "abc", HUGE, "1e999"]
+ESC = "\x1b[31mRED\x1b[0m\x07"
+G = "a100-sxm4-80g"          # the group of PLAN's cluster (SMALL_CLUSTER)
+
+
+def cmd_case(rng: random.Random) -> tuple[list[str], dict[str, object], str | None]:
+    """(args, files, must_reject) for a command or option the file families do not reach."""
+    cmd = rng.choice(("replan", "replan", "replan", "whatif", "whatif", "profile", "plan-money", "explain",
+                      "check", "backtest", "export", "catalog", "diff", "evaluate"))
+    files: dict[str, object] = {}
+    if cmd == "replan":
+        base = ["replan", "PLAN"]
+        kind = rng.choice(("drop", "drop", "count", "add", "bridge", "loss", "time", "ok", "esc", "format"))
+        if kind == "drop":
+            v = rng.choice([f"{G}:{HUGE}", f"{G}:99999999", f"{G}:-1", f"{G}:1-0", f"{G}:²", f"{G}:0-{HUGE}",
+                            "nogroup:0", f"{G}:", ":", "", f"{G}:0", f"{G}", f"{G}:0-0", ESC + ":0"])
+            bad = None if v in (f"{G}:0", f"{G}", f"{G}:0-0") else f"--drop {v[:40]!r}"
+            return base + ["--drop", v, "--time-limit", "3"], files, bad
+        if kind == "count":
+            v = rng.choice([f"{G}:²", f"{G}:0", f"{G}:-1", f"{G}:{HUGE}", f"{G}:99", f"{G}:٣", f"{G}:1", "x:1"])
+            return base + ["--drop-count", v, "--time-limit", "3"], files, None if v == f"{G}:1" else f"--drop-count {v[:40]!r}"
+        if kind == "add":
+            v = rng.choice([f"{G}:99999999x8", f"{G}:1x99999999", f"{G}:{HUGE}x8", f"{G}:0x8", f"{G}:1x0",
+                            f"{G}:131000x8", "nochip:1x8", "h100:1x8", f"{G}:1x8", "ascend-910b:1x8", f"{G}:1x8x8"])
+            ok = v in (f"{G}:1x8", "ascend-910b:1x8", f"{G}:131000x8")    # 131,000 x 8 + 8: under the limit
+            return base + ["--add", v, "--time-limit", "3"] + ([] if ok else []), files, None if ok else f"--add {v[:40]!r}"
+        if kind == "bridge":
+            return base + ["--drop-bridge", rng.choice([f"{G}:{G}", "a:b", "", ":", ESC]), "--time-limit", "3"], files, \
+                "--drop-bridge on a one-group cluster"
+        if kind == "loss":
+            v = rng.choice(["nan", "inf", "-1", "1", "100%", "150%", "-3%", "", "x", "1e308", "3%", "0.05", "0"])
+            ok = v in ("3%", "0.05", "0")
+            return base + ["--drop-count", f"{G}:1", "--max-loss", v, "--time-limit", "3"], files, \
+                None if ok else f"--max-loss {v!r}"
+        if kind == "time":
+            v = rng.choice(BAD_FLOATS + ["0", "1"])
+            return base + ["--drop-count", f"{G}:1", "--time-limit", v], files, None if v == "1" else f"--time-limit {v[:20]!r}"
+        if kind == "format":
+            v = rng.choice(["json", "yaml", "table", "xml", ""])
+            return base + ["--drop-count", f"{G}:1", "--format", v, "--time-limit", "3"], files, \
+                None if v in ("json", "yaml", "table") else f"--format {v!r}"
+        if kind == "esc":
+            return base + ["--drop", f"{G}:0", "--out", rng.choice(["new.yaml", ESC + ".yaml", "nodir/x.yaml",
+                                                                    "/dev/null", ".", ""]), "--time-limit", "3"], files, None
+        return base + ["--drop", f"{G}:0", "--time-limit", "3", "--out", "new.yaml"], files, None
+    if cmd == "whatif":
+        args = ["whatif", "llama3-8b", "--global-batch", "16", "--tokens", "1e9", "--time-limit", "1"]
+        kind = rng.choice(("pool", "pool", "tokens", "deadline", "budget", "ok", "model"))
+        if kind == "pool":
+            v = rng.choice([f"{G}:0", f"{G}:-1", f"{G}:{HUGE}", f"{G}:²", f"{G}:8:1e308", f"{G}:8:-1", f"{G}:8:nan",
+                            f"{G}:8:inf", "nochip:8", "h100:8", f"{G}", f"{G}:8:1:2", f"{G}:99999999", ESC + ":8"])
+            return args + ["--pool", v, "--deadline", "100"], files, f"--pool {v[:40]!r}"
+        if kind in ("tokens", "deadline", "budget"):
+            v = rng.choice(BAD_FLOATS + ["0"])
+            a = [x for x in args if True]
+            if kind == "tokens":
+                i = a.index("--tokens")
+                a[i + 1] = v
+                a += ["--deadline", "100"]
+            else:
+                a += [f"--{kind}", v]
+            return a + ["--pool", f"{G}:8"], files, f"--{kind} {v[:20]!r}"
+        if kind == "model":
+            return ["whatif", rng.choice(["nonexistent", "llama-8b", ESC, ""]), "--pool", f"{G}:8", "--global-batch",
+                    "16", "--tokens", "1e9", "--deadline", "100"], files, "unknown model"
+        return args + ["--pool", f"{G}:8", "--pool", "h100-sxm5-80g:8:4.5", rng.choice(["--deadline", "--budget"]),
+                       rng.choice(["100", "1e6"]), "--format", rng.choice(["json", "table", "yaml"])], files, None
+    if cmd == "profile":
+        args = ["profile", "--model", "llama3-8b", "--chip", "h100-sxm5-80g", "--analytical"]
+        kind = rng.choice(("out", "out", "name", "reps", "list", "seq", "chip", "model", "refit-out"))
+        if kind == "out":
+            v = rng.choice(["FIFO", "DIR", "nodir/p.yaml", "/dev/null", "/proc/version", "n" * 300 + ".yaml",
+                            ESC + ".yaml", "p.yaml", "RO/p.yaml", ""])
+            if v == "FIFO":
+                files["fifo.yaml"] = ("fifo",)
+                v = "fifo.yaml"
+            elif v == "DIR":
+                files["adir"] = ("dir",)
+                v = "adir"
+            elif v == "RO/p.yaml":
+                files["ro"] = ("readonly",)
+            return args + ["--out", v], files, None
+        if kind == "name":
+            v = rng.choice(["n" * 300, ESC, "../../x", "/", "a/b", "", "ok-name", "\u202egnp.x"])
+            if rng.random() < 0.5:
+                files["llama3-8b@h100-sxm5-80g-bf16-analytical.profile.yaml"] = ("fifo",)
+            return args + ["--name", v], files, None
+        if kind == "reps":
+            v = rng.choice(BAD_INTS)
+            return args + ["--reps", v, "--out", "p.yaml"], files, f"--reps {v[:20]!r}"
+        if kind == "list":
+            o = rng.choice(["--tp", "--micro-batch"])
+            v = rng.choice(["0", "-1", "1,0", HUGE, "²", "nan", "1,,2", ""])
+            return args + [o, v, "--out", "p.yaml"], files, f"{o} {v[:20]!r}"
+        if kind == "seq":
+            v = rng.choice(BAD_INTS)
+            return args + ["--seq-len", v, "--out", "p.yaml"], files, f"--seq-len {v[:20]!r}"
+        if kind == "chip":
+            v = rng.choice(["nochip", "h100", ESC, "", "../../etc/passwd"])
+            return ["profile", "--model", "llama3-8b", "--chip", v, "--analytical", "--out", "p.yaml"], files, \
+                f"--chip {v!r}"
+        if kind == "model":
+            v = rng.choice(["nonexistent", "llama-8b", ESC, "", "/dev/zero"])
+            return ["profile", "--model", v, "--chip", "h100-sxm5-80g", "--analytical", "--out", "p.yaml"], files, \
+                f"--model {v!r}"
+        return ["profile", "--refit", str(REPO / "chips/measured/h100-sxm5-80g-profiled.raw.json"), "--out",
+                rng.choice(["nodir/x.yaml", ESC + ".yaml", "/dev/null", "n" * 300 + ".yaml"])], files, None
+    if cmd == "plan-money":
+        args = ["plan", "llama3-8b", "a100-sxm4-80g:1x8", "--global-batch", "16", "--time-limit", "3"]
+        kind = rng.choice(("price", "tokens", "objective", "exclude", "ok"))
+        if kind == "price":
+            v = rng.choice([f"{G}=1e308", f"{G}=-1", f"{G}=nan", f"{G}=inf", f"{G}=", "=3", "nochip=3", f"{G}=3",
+                            f"{G}={HUGE}", f"{G}=1e7"])
+            return args + ["--tokens", "1e12", "--price", v, "--format", "json"], files, \
+                None if v == f"{G}=3" else f"--price {v[:30]!r}"
+        if kind == "tokens":
+            v = rng.choice(BAD_FLOATS + ["0", "1e19"])
+            return args + ["--tokens", v], files, f"--tokens {v[:20]!r}"
+        if kind == "objective":
+            return args + ["--objective", rng.choice(["cost", "time", "money", ""])], files, None
+        if kind == "exclude":
+            v = rng.choice([f"{G}:{HUGE}", f"{G}:0-{HUGE}", f"{G}:²", f"{G}:99", f"{G}:-1", "x:0", f"{G}:0", ESC])
+            return args + ["--exclude", v], files, None if v == f"{G}:0" else f"--exclude {v[:30]!r}"
+        return args + ["--tokens", "1e12", "--price", f"{G}=2.5", "--objective", "cost", "--format", "json"], files, None
+    if cmd == "explain":
+        o = rng.choice(["--svg", "--png", "--format"])
+        if o == "--format":
+            v = rng.choice(["json", "yaml", "table", "xml"])
+            return ["explain", "PLAN", o, v], files, None if v != "xml" else "--format xml"
+        v = rng.choice(["x.svg", "x.png", "nodir/x.svg", "/dev/null", ".", "x.txt", ESC + ".svg", "FIFO"])
+        if v == "FIFO":
+            files["f.svg"] = ("fifo",)
+            v = "f.svg"
+        return ["explain", "PLAN", o, v], files, None
+    if cmd == "check":
+        kind = rng.choice(("tol", "update", "format"))
+        if kind == "tol":
+            v = rng.choice(BAD_FLOATS)
+            return ["check", "PLAN", "--baseline", "PLAN", "--tolerance", v], files, f"--tolerance {v[:20]!r}"
+        if kind == "update":
+            files["base.yaml"] = b"schema: x\n"
+            files["fifo.yaml"] = ("fifo",)
+            return ["check", "PLAN", "--baseline", rng.choice(["base.yaml", "missing.yaml", "/dev/null", "fifo.yaml"]),
+                    "--update-baseline"], files, None
+        return ["check", "PLAN", "--baseline", "PLAN", "--format", rng.choice(["json", "yaml", "csv"])], files, None
+    if cmd == "backtest":
+        o = rng.choice(["--fail-above-median", "--fail-above-p90", "--plot", "--tables", "--bands"])
+        if o.startswith("--fail"):
+            v = rng.choice(BAD_FLOATS + ["5", "5%"])
+            return ["backtest", "RUNS", o, v], files, None if v in ("5", "5%") else f"{o} {v[:20]!r}"
+        if o == "--plot":
+            return ["backtest", "RUNS", o, rng.choice(["x.svg", "x.txt", "nodir/x.svg", "/dev/null", ESC + ".svg"])], files, None
+        return ["backtest", "RUNS", "--loso", o, rng.choice(["out", "/dev/null", "nodir/x/y", ""])], files, None
+    if cmd == "export":
+        v = rng.choice(["", " ", "/proc/x", "/proc/version/x", "/dev/null", "nodir/a/b", "n" * 300, ESC, "ok",
+                        "FILE"])
+        if v == "FILE":
+            files["afile"] = b"x"
+            v = "afile/sub"
+        return ["export", "PLAN", "--out-dir", v], files, "--out-dir ''" if not v.strip() else None
+    if cmd == "catalog":
+        return ["catalog", rng.choice(["chips", "models", "topologies"]),
+                rng.choice(["h100", "llama-8b", "mixed", ESC, "a100-sxm4-80g", "tpu-v5p", "kunlun-p800", ""]),
+                "--format", rng.choice(["json", "table", "yaml"])], files, None
+    if cmd == "diff":
+        return ["diff", "PLAN", rng.choice(["PLAN", "PLAN_MOE", "missing.yaml"]), "--format",
+                rng.choice(["json", "table", "yaml"])], files, None
+    return ["evaluate", "llama3-8b", rng.choice(["a100-sxm4-80g:2x8", "h100:1x8", ESC + ":1x8"]), "--exclude",
+            rng.choice([f"{G}:{HUGE}", f"{G}:0", f"{G}:²", f"{G}:5"])], files, None
+
+
+# numeric fields of the valid documents and the values that are certainly invalid there
+BADNUM_FIELDS = {
+    "model": [("layers",), ("hidden",), ("heads",), ("vocab",), ("ffn_hidden",), ("seq_len",)],
+    "chip": [("memory", "capacity_GB", "value"), ("memory", "hbm_GBps", "value"),
+             ("peak_tflops", "bf16", "value"), ("scaleup", "GBps_per_dir", "value"),
+             ("price", "usd_per_device_hour", "value")],
+    "topology": [("groups", 0, "nodes"), ("groups", 0, "devices_per_node")],
+    "hf": [("num_hidden_layers",), ("hidden_size",), ("num_attention_heads",), ("vocab_size",),
+           ("intermediate_size",)],
+}
+BADNUM_VALUES = [0, -1, -8, math.nan, math.inf, -math.inf, 1e308, 10 ** 30, 10 ** 8 + 0.5]
+
+
+def badnum_case(cid: str, rng: random.Random, bases, fixtures) -> Case:
+    """A valid file with one number made certainly invalid: the command must refuse it (exit 2)."""
+    fam = rng.choice(list(BADNUM_FIELDS))
+    name, doc = rng.choice(bases[fam])
+    doc = copy.deepcopy(doc)
+    paths = [p for p in BADNUM_FIELDS[fam] if _has(doc, p)]
+    path = rng.choice(paths)
+    v = rng.choice(BADNUM_VALUES)
+    if fam == "chip" and path[0] == "price" and v in (10 ** 8 + 0.5, 0):     # a price of 0 is valid (owned)
+        v = 1e308
+    if fam == "topology" and path[-1] == "devices_per_node" and v == 10 ** 8 + 0.5:
+        v = 10 ** 8
+    _get(doc, path[:-1])[path[-1]] = v
+    as_json = name.endswith(".json")
+    data = dump(doc, as_json, rng) if not (isinstance(v, float) and not math.isfinite(v) and as_json) else \
+        json.dumps(doc).encode()
+    f = "hf/config.json" if fam == "hf" else "chip.yaml" if fam == "chip" else name.split("/")[-1]
+    return Case(cid, f"badnum-{fam}", commands_for(fam, f, fixtures, rng), {f: data}, validate=f,
+                kind=KINDS.get(fam), must_reject=f"{'.'.join(map(str, path))} = {v!r}")
+
+
+def _has(doc, path) -> bool:
+    try:
+        _get(doc, path)
+        return True
+    except (KeyError, IndexError, TypeError):
+        return False
+
+
 # -- generation -----------------------------------------------------------------------------------
 
 KINDS = {"model": "model", "chip": "chip", "topology": "topology", "hf": "hf-config", "runs": "runs",
          "plan": "plan", "profile": "profile"}
 FAMILIES = ("model", "chip", "topology", "hf", "runs", "plan", "profile", "text", "garbage", "special", "cli",
-            "cli", "cli", "catalog", "raw")
+            "cli", "cli", "catalog", "raw", "cmd", "cmd", "badnum", "cmd", "badnum")
 
 
 def generate(seed: int, n: int, fixtures: dict[str, Path], start: int = 0) -> list[Case]:
@@ -472,7 +692,8 @@ def generate(seed: int, n: int, fixtures: dict[str, Path], start: int = 0) -> li
 
 
 def _subst(args: list[str], fixtures: dict[str, Path]) -> list[str]:
-    rep = {"PLAN": str(fixtures["plan.yaml"]), "RUNS": str(REPO / "tests/data/published_calibration.yaml")}
+    rep = {"PLAN": str(fixtures["plan.yaml"]), "PLAN_MOE": str(fixtures["plan-moe.json"]),
+           "RUNS": str(REPO / "tests/data/published_calibration.yaml")}
     return [rep.get(a, a) for a in args]
 
 
@@ -524,6 +745,11 @@ def _one(cid: str, fam: str, rng: random.Random, bases, fixtures) -> Case:
         if rng.random() < 0.5:
             return Case(cid, "catalog", cmd + ["--catalog", "cat"], files)
         return Case(cid, "catalog-env", cmd, files, env={"BAIGE_PLAN_CATALOG": "cat"})
+    if fam == "cmd":
+        args, files, reject = cmd_case(rng)
+        return Case(cid, f"cmd-{args[0]}", _subst(args, fixtures), files, must_reject=reject)
+    if fam == "badnum":
+        return badnum_case(cid, rng, bases, fixtures)
     if fam == "cli":
         args, env = cli_case(rng)
         files = {}
@@ -561,6 +787,9 @@ def materialize(case: Case, root: Path) -> Path:
             p.symlink_to(p.name)
         elif kind == "dangling":
             p.symlink_to("does-not-exist.yaml")
+        elif kind == "readonly":
+            p.mkdir()
+            p.chmod(0o555)
         else:
             raise ValueError(kind)
     return d
@@ -729,7 +958,8 @@ def _error_lines(stderr: str) -> list[str]:
 
 def violations(r: Result, validated: Result | None = None) -> list[str]:
     out = []
-    ok_codes = {0, 2, 3} if r.case.command == "check" else {0, 1, 2}
+    ok_codes = ({0, 2, 3} if r.case.command == "check" else {0, 1, 2, 3} if r.case.command == "backtest" and
+                any(a.startswith("--fail-above") for a in r.case.args) else {0, 1, 2})
     if r.code == -1:
         return [r.exception]
     if r.code == -9:
@@ -740,6 +970,13 @@ def violations(r: Result, validated: Result | None = None) -> list[str]:
         out.append("traceback in output")
     if re.search(r"\w+Warning: ", r.stderr):        # e.g. numpy's RuntimeWarning: a value nothing checked
         out.append("a Python warning on stderr")
+    if "\x1b" in r.stdout + r.stderr or "\x07" in r.stdout + r.stderr:   # no terminal here: rich adds no styles
+        out.append("a raw terminal control code in the output")
+    if re.search(r"(?<![\w-])(Infinity|NaN)(?![\w-])", r.stdout) and "--format" in r.case.args \
+            and r.case.args[r.case.args.index("--format") + 1:][:1] == ["json"]:
+        out.append("bare Infinity/NaN in JSON output")
+    if r.case.must_reject and r.code not in (2, -1, -9, 70):
+        out.append(f"invalid value accepted (exit {r.code}): {r.case.must_reject}")
     if r.code == 2 and r.case.args not in (["plan"], ["evaluate"], ["validate"], ["check"]) and "--help" not in r.case.args:
         errs = _error_lines(r.stderr)
         if len(errs) != 1:
@@ -748,6 +985,8 @@ def violations(r: Result, validated: Result | None = None) -> list[str]:
             out.append("exit 2 but output on stdout")
         if errs and PYTHON_TEXT.search(errs[-1]):
             out.append(f"error names no field, only Python's text: {errs[-1][:160]}")
+        if errs and not re.match(r"^baige-plan: ([^:]+: \S|.*(--[\w-]+|'[^']+'))", errs[-1]):
+            out.append(f"error does not name its file/option and field: {errs[-1][:160]}")
     if validated is not None and r.case.command != "validate":
         v = validated.code
         said = re.search(r"^ok\s+.*\((\S+)\)\s*$", validated.stdout, re.M)
@@ -757,7 +996,8 @@ def violations(r: Result, validated: Result | None = None) -> list[str]:
             out.append(f"exit 1 (infeasible) on a file validate rejects (validate exit {v})")
         if v == 2 and r.code not in (2,):
             out.append(f"validate rejects the file but {r.case.command} exits {r.code}")
-        if v == 0 and r.code == 2:
+        if v == 0 and r.code == 2 and not (r.case.command == "export" and "--to" in r.case.args):
+            # (export --to another runtime may refuse what the plan's own runtime runs: not a file error)
             f = r.case.validate or ""
             errs = _error_lines(r.stderr)
             if errs and (f"{f}:" in errs[0] or f"{f} (" in errs[0]):

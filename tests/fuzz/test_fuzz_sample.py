@@ -1,7 +1,8 @@
 """A sample of the input fuzzer (tests/fuzz/fuzzlib.py; the whole of it: `make fuzz`): a few hundred
 malformed and hostile inputs through every command, each held to the CLI contract -- exit 0/1/2 (3 for
 `check`), never an internal error, no traceback, one error line, no hang, and the same verdict on a file as
-`validate`'s. Deterministic (seed 0, cases 0..N-1); under 2 minutes on 2 cores."""
+`validate`'s. Deterministic (seed 0, cases 0..N-1). The README's test command runs the first 40 cases (every
+family twice); the 400-case sample is marked slow (`pytest -m slow`, run by .ci/run)."""
 
 from __future__ import annotations
 
@@ -16,30 +17,54 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fuzzlib  # noqa: E402
 
 SAMPLE = int(os.environ.get("BAIGE_FUZZ_SAMPLE", "400"))
+QUICK = 2 * len(fuzzlib.FAMILIES)          # every family twice
 
 
-@pytest.fixture(scope="module")
-def fuzz_results(tmp_path_factory):
+def _run_sample(tmp_path_factory, n: int):
     root = tmp_path_factory.mktemp("fuzz")
     fixtures = fuzzlib.make_fixtures(root / "fixtures")
-    cases = fuzzlib.generate(0, SAMPLE, fixtures)
+    cases = fuzzlib.generate(0, n, fixtures)
     results, validated = fuzzlib.run_all(cases, workers=max(1, min(2, os.cpu_count() or 2)), root=root)
     return cases, results, validated
 
 
-def test_sample_keeps_the_cli_contract(fuzz_results):
-    cases, results, validated = fuzz_results
+@pytest.fixture(scope="module")
+def fuzz_results(tmp_path_factory):
+    return _run_sample(tmp_path_factory, QUICK)
+
+
+@pytest.fixture(scope="module")
+def fuzz_results_big(tmp_path_factory):
+    return _run_sample(tmp_path_factory, SAMPLE)
+
+
+def _keeps_contract(cases, results, validated):
     summary, bad = fuzzlib.report(results, validated)
     print(summary)
     assert len(results) == len(cases)
     assert not bad, summary + "\n" + "\n".join(fuzzlib.describe(r, v) for r, v in bad[:30])
 
 
-def test_sample_covers_every_family_and_outcome(fuzz_results):
+def test_quick_sample_keeps_the_cli_contract(fuzz_results):
+    _keeps_contract(*fuzz_results)
+
+
+@pytest.mark.slow
+def test_sample_keeps_the_cli_contract(fuzz_results_big):
+    _keeps_contract(*fuzz_results_big)
+
+
+def test_sample_covers_every_family_and_outcome(fuzz_results, tmp_path):
     cases, results, _ = fuzz_results
     fams = {c.family.split("-")[0] for c in cases}
     assert {"model", "chip", "topology", "hf", "runs", "plan", "profile", "text", "garbage", "special", "cli",
-            "catalog", "raw"} <= fams
+            "catalog", "raw", "cmd", "badnum"} <= fams
+    # every command of `baige-plan --help` is run (issue 19: fuzz every command)
+    from typer.main import get_command
+
+    from baige_plan.cli.app import app
+    assert set(get_command(app).commands) <= {c.command for c in
+                                               fuzzlib.generate(0, 400, _fixtures_for_generation(tmp_path))}
     codes = {r.code for r in results}
     assert {0, 1, 2} <= codes          # valid, infeasible and bad inputs all occur
 

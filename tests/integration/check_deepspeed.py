@@ -108,11 +108,17 @@ def arg_tokens(text: str) -> list[str]:
     return out
 
 
+DATA_PATH, TOKENIZER = "/data/corpus_text_document", "/tokenizer"
+
+
 def run_launch(d: Path, tmp: Path) -> tuple[list[str], Path, dict[str, str]]:
     """argv the deepspeed launcher gets from launch.sh, the folder it runs in, its environment."""
     mds = tmp / "Megatron-DeepSpeed"
     mds.mkdir(exist_ok=True)
-    launch = capture_launch(d, tmp, "deepspeed", {"MEGATRON_DS": str(mds)})
+    # the documented data variables (launch.sh refuses to start without them) and this venv's python for the
+    # version check (deepspeed and torch of requirements-deepspeed.txt are inside its supported range)
+    launch = capture_launch(d, tmp, "deepspeed", {"MEGATRON_DS": str(mds), "BAIGE_DATA_PATH": DATA_PATH,
+                                                  "BAIGE_TOKENIZER": TOKENIZER, "PYTHON": sys.executable})
     return launch.argv, launch.cwd, launch.env
 
 
@@ -125,9 +131,12 @@ def check_launch(d: Path, e: dict, tmp: Path, notes: list[str]) -> list[str]:
     need(Path(args.user_script).name == "pretrain_gpt.py", f"launcher runs {args.user_script}, not pretrain_gpt.py")
     need(args.include == "" and args.exclude == "", "launch.sh uses --include/--exclude")
     hostfile = Path(args.hostfile) if os.path.isabs(args.hostfile) else cwd / args.hostfile
-    need(hostfile.is_file(), f"hostfile {hostfile} missing")
+    if args.hostfile == "/dev/null":   # one node: no hostfile, local resources, no ssh (runner.fetch_hostfile)
+        need(args.num_nodes == 1, f"--hostfile /dev/null with --num_nodes {args.num_nodes}")
+    else:
+        need(hostfile.is_file(), f"hostfile {hostfile} missing")
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        pool = runner.fetch_hostfile(str(hostfile))
+        pool = runner.fetch_hostfile(str(hostfile)) or {"localhost": args.num_gpus}
         active = runner.parse_inclusion_exclusion(pool, args.include, args.exclude)
         active = runner.apply_num_nodes_and_gpus(active, args.num_nodes, args.num_gpus)
     need(args.num_nodes <= len(pool), f"--num_nodes {args.num_nodes} > {len(pool)} hosts in the hostfile")
@@ -137,7 +146,11 @@ def check_launch(d: Path, e: dict, tmp: Path, notes: list[str]) -> list[str]:
     need(ranks == e["world"], f"the launcher would start {ranks} ranks ({args.num_nodes} nodes x {args.num_gpus}); "
          f"the plan has {e['world']} (tp {e['tp']} x pp {e['pp']} x dp {e['dp']})")
     want = arg_tokens((d / "megatron_deepspeed_args.txt").read_text())
-    need(args.user_args == want, "pretrain_gpt.py arguments differ from megatron_deepspeed_args.txt")
+    need(args.user_args[:len(want)] == want, "pretrain_gpt.py arguments differ from megatron_deepspeed_args.txt")
+    data = ["--data-path", DATA_PATH, "--tokenizer-type", "HFTokenizer", "--tokenizer-model", TOKENIZER,
+            "--train-iters", "100"]
+    need(args.user_args[len(want):] == data, f"launch.sh appends {args.user_args[len(want):]}, not the data "
+         f"arguments {data}")
     # the environment on every node: launch.sh exports + .deepspeed_env, read as runner.main reads it
     exports = {}
     envfile = cwd / runner.DEEPSPEED_ENVIRONMENT_NAME

@@ -195,14 +195,20 @@ def check_dir(meg: Megatron, d: Path) -> list[str]:
              if ln.startswith("# cannot express:")]
 
     with tempfile.TemporaryDirectory() as t:
-        launch = capture_launch(d, Path(t), "torchrun", {"MEGATRON_LM": "/megatron-lm"})
+        # mock data (BAIGE_MOCK_DATA=1: the documented variable), and this venv's python for launch.sh's version
+        # check (megatron-core and torch of requirements-megatron.txt are inside its supported range)
+        launch = capture_launch(d, Path(t), "torchrun", {"MEGATRON_LM": "/megatron-lm", "BAIGE_MOCK_DATA": "1",
+                                                         "PYTHON": sys.executable})
     launch_env = launch.changed
     trun, margs = split_torchrun(launch.argv)
     txt = arg_lines((d / "megatron_args.txt").read_text())
-    if margs != txt:
-        k = next((k for k, (a, b) in enumerate(zip(margs, txt, strict=False)) if a != b), min(len(margs), len(txt)))
-        raise CheckFailure(f"launch.sh passes other arguments than megatron_args.txt: at {k}, "
-                           f"{margs[k:k + 2]} instead of {txt[k:k + 2]}")
+    # launch.sh appends the data arguments to megatron_args.txt's (runtimes/megatron.py _launch_sh)
+    data = ["--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", str(model["vocab"]), "--train-iters", "100"]
+    if margs != txt + data:
+        want = txt + data
+        k = next((k for k, (a, b) in enumerate(zip(margs, want, strict=False)) if a != b), min(len(margs), len(want)))
+        raise CheckFailure(f"launch.sh passes other arguments than megatron_args.txt + the mock-data arguments: at "
+                           f"{k}, {margs[k:k + 2]} instead of {want[k:k + 2]}")
     need(int(trun["nnodes"]) * int(trun["nproc-per-node"]) == world,
          f"torchrun world {trun['nnodes']}x{trun['nproc-per-node']} != plan devices {world}")
     hosts = [ln.split()[0] for ln in (d / "hostfile").read_text().splitlines() if ln.strip() and not ln.startswith("#")]
@@ -237,6 +243,25 @@ def check_dir(meg: Megatron, d: Path) -> list[str]:
     eq("swiglu", bool(args.swiglu), model.get("activation", "swiglu") == "swiglu")
     eq("tied embeddings", not args.untie_embeddings_and_output_weights, bool(model.get("tie_embeddings", False)))
     eq("hidden_dropout", args.hidden_dropout, model.get("dropout", 0.0) or 0.0)
+    # the build fields the plan's model records (issue 17): what Megatron parsed into its config
+    if model.get("rope_theta") is not None:
+        eq("rotary_base", args.rotary_base, round(model["rope_theta"]))
+    if model.get("norm_eps") is not None:
+        eq("layernorm_epsilon", tc.layernorm_epsilon, model["norm_eps"])
+    if model.get("norm") is not None:
+        eq("normalization", tc.normalization, {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}[model["norm"]])
+    if model.get("qk_norm") is not None:
+        eq("qk_layernorm", bool(tc.qk_layernorm), model["qk_norm"])
+    if model.get("linear_bias") is not None:
+        eq("add_bias_linear", bool(tc.add_bias_linear), model["linear_bias"])
+    if model.get("qkv_bias") is not None and not model.get("linear_bias"):
+        eq("add_qkv_bias", bool(tc.add_qkv_bias), model["qkv_bias"])
+    sc = model.get("rope_scaling") or {}
+    if sc.get("rope_type") == "llama3":
+        eq("use_rope_scaling", bool(args.use_rope_scaling), True)
+        eq("rope_scaling_factor", args.rope_scaling_factor, sc["factor"])
+    elif model.get("rope_theta") is not None and not sc:
+        eq("use_rope_scaling", bool(args.use_rope_scaling), False)
     mult = args.make_vocab_size_divisible_by * tp
     need(args.padded_vocab_size >= model["vocab"] and args.padded_vocab_size - model["vocab"] < mult,
          f"padded vocab {args.padded_vocab_size} is not the plan's vocab {model['vocab']} padded to {mult}")
@@ -250,6 +275,10 @@ def check_dir(meg: Megatron, d: Path) -> list[str]:
         eq("moe_ffn_hidden_size", args.moe_ffn_hidden_size, moe["expert_ffn_hidden"])
         shared = (moe.get("shared_experts") or 0) * moe["expert_ffn_hidden"]
         eq("moe_shared_expert_intermediate_size", args.moe_shared_expert_intermediate_size or 0, shared)
+        if model.get("activation") == "gelu":   # mlp.py: no bias-GELU fusion with the router's per-token scale
+            eq("bias_activation_fusion (GELU experts)", bool(tc.bias_activation_fusion), False)
+        if moe.get("norm_topk_prob") is not None:   # pre-softmax: top-k of the full softmax, not renormalised
+            eq("moe_router_pre_softmax", bool(tc.moe_router_pre_softmax), not moe["norm_topk_prob"])
         f = tc.moe_layer_freq
         got = [1 if i % f == 0 else 0 for i in range(tc.num_layers)] if isinstance(f, int) else list(f)
         eq("MoE layer pattern", got, moe_pattern(moe, model["layers"]))

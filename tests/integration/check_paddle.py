@@ -266,8 +266,17 @@ def check_dir(d: Path) -> tuple[list[str], list[str]]:
                                          if not (i >= first and (i - first) % freq == 0)]})
     else:
         want["intermediate_size"] = mdl["ffn_hidden"]
+    # build fields the plan's model records (issue 17), as PaddleFormers' config parsed them
+    if mdl.get("norm_eps") is not None:
+        want["rms_norm_eps"] = mdl["norm_eps"]
     for k, v in want.items():
         _same(errors, f"config.json {k}", getattr(cfg, k, None), v)
+    if mdl.get("rope_theta") is not None:   # an attribute, or inside rope_parameters (transformers >= 5 form)
+        params = getattr(cfg, "rope_parameters", None)
+        theta = getattr(cfg, "rope_theta", None)
+        if theta is None and isinstance(params, dict):
+            theta = params.get("rope_theta")
+        _same(errors, "config.json rope_theta", theta, mdl["rope_theta"])
     if mdl.get("activation", "swiglu") != "swiglu":
         errors.append(f"plan's model has a {mdl['activation']} MLP; config.json's {cfg.architectures} is SwiGLU "
                       f"({cfg.hidden_act}-gated)")

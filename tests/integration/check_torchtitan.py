@@ -218,7 +218,10 @@ def check_dir(tt: Titan, d: Path) -> list[str]:
          f"torchtitan_args.txt does not name torchtitan=={VERSION}")
     with tempfile.TemporaryDirectory() as tmp:
         # this venv's bin next: launch.sh asks python3 for torchtitan.__version__
-        launch = capture_launch(d, Path(tmp), "torchrun", {}, path_first=str(Path(sys.executable).parent), timeout=60)
+        # the documented data variables (launch.sh refuses to start without them); its version check runs on
+        # this venv's python3 (torchtitan and torch of requirements-torchtitan.txt are inside its range)
+        launch = capture_launch(d, Path(tmp), "torchrun", {"BAIGE_DATA_PATH": "/data/c4", "BAIGE_TOKENIZER": "/tok"},
+                                path_first=str(Path(sys.executable).parent), timeout=60)
     need("target torchtitan" not in launch.stderr, f"launch.sh: {launch.stderr.strip()[-200:]}")
     env = launch.changed
     opts, args = split_torchrun(launch.argv)
