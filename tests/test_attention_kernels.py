@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from baige_plan import runtimes
 from baige_plan.cost.compute import ChipRates, gemm_time_s
 from baige_plan.cost.flops import Gemm
 from baige_plan.io.catalog import Catalog
+from baige_plan.specs import runtimes
 from baige_plan.specs.calibration import COMMITTED
 
 H100_PEAK = 989.4e12

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 import baige_plan.cli.backtest as cli_backtest
-import baige_plan.io.backtest as B
+import baige_plan.reports.backtest as B
 from baige_plan.cli.app import app
 from baige_plan.errors import SpecError
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from baige_plan import runtimes
 from baige_plan.errors import SpecError
+from baige_plan.specs import runtimes
 from baige_plan.specs.strategy import StrategySpec, stage_layers
 
 
 def test_bloom_split():
-    # BLOOM-176B: 70 layers on 12 stages ran as [6] x 10 + [5] x 2 (runtimes/deepspeed.py docstring)
+    # BLOOM-176B: 70 layers on 12 stages ran as [6] x 10 + [5] x 2 (specs/runtimes/deepspeed.py docstring)
     s = StrategySpec(tp=4, pp=12, dp=8, balanced_partition=True)
     assert stage_layers(s, 70) == (6,) * 10 + (5,) * 2
 

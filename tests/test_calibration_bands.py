@@ -1,4 +1,4 @@
-"""Corpus-fitted constants (specs/calibration.py) threaded through the cost model, the LOSO fit (io/loso.py)
+"""Corpus-fitted constants (specs/calibration.py) threaded through the cost model, the LOSO fit (reports/loso.py)
 and step-time bands (cost/bands.py, io/bands.py) in every estimate the tool prints or writes."""
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from baige_plan.cost.compute import ChipRates, gemm_time_s
 from baige_plan.cost.estimate import DpTraffic, estimate
 from baige_plan.cost.flops import Gemm
 from baige_plan.errors import InputError, SpecError
-from baige_plan.io import loso as L
 from baige_plan.io.bands import load_bands, parse_bands, shipped_bands_path
 from baige_plan.io.catalog import Catalog
 from baige_plan.io.runs import load_runs
+from baige_plan.reports import loso as L
 from baige_plan.specs.calibration import COMMITTED, FITTED, Calibration, Fitted
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import MoESpec
@@ -332,6 +332,6 @@ def test_mixed_cluster_plan_uses_the_class_of_its_strategy_summary(tmp_path):
 
 
 def test_fsdp_zero2_runtimes_match_the_registry():
-    from baige_plan import runtimes
+    from baige_plan.specs import runtimes
     from baige_plan.specs.calibration import FSDP_ZERO2_RUNTIMES
     assert set(FSDP_ZERO2_RUNTIMES) == {n for n in runtimes.NAMES if runtimes.get(n).fsdp_zero2}

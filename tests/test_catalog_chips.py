@@ -142,7 +142,7 @@ def test_new_chips_carry_the_vendor_figures(chip_id: str) -> None:
 def test_every_listed_chip_is_plannable_or_says_why_not() -> None:
     """`catalog chips` marks each chip: plannable (the precisions it estimates) or not, naming the missing field."""
     from baige_plan.io.catalog import Catalog
-    from baige_plan.io.catalog_view import chip_rows
+    from baige_plan.present.catalog_view import chip_rows
     rows = {r["id"]: r["plannable"] for r in chip_rows(Catalog.create([]))}
     assert rows["h100-sxm5-80g"].startswith("yes: bf16")
     assert rows["kunlun-p800"].startswith("no: ") and "unknown" in rows["kunlun-p800"]

@@ -1,4 +1,4 @@
-"""`check` and `diff` refuse what `validate` refuses (one shared validation, io/plan_check.py), and `check`
+"""`check` and `diff` refuse what `validate` refuses (one shared validation, reports/plan_check.py), and `check`
 refuses a tolerance that would make every comparison pass."""
 
 from __future__ import annotations

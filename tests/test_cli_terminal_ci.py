@@ -165,7 +165,7 @@ def test_piped_output_through_a_real_pipe():
 def test_fit_never_cuts_where_rich_would():
     """Two wrappable columns, one a single long word: rich's own collapse cuts the word at 50 columns; the
     layout here wraps the other column instead, and falls back to one record per row when nothing fits."""
-    from baige_plan.io.render import fit
+    from baige_plan.present.render import fit
 
     word = "korthikanti2022_t5_530b_seqsel_x"
     text = " ".join(["tp8 pp35 dp1 cp1"] * 3)
@@ -318,7 +318,7 @@ def test_check_update_baseline_refuses_bad_input(plans, tmp_path):
 def terminal(monkeypatch):
     """stderr taken for a terminal, and progress lines shown at once."""
     import baige_plan.cli.common as common
-    import baige_plan.io.render_plans as rp
+    import baige_plan.present.render_plans as rp
 
     buf = io.StringIO()
     monkeypatch.setattr(rp, "_console", lambda stderr=False: Console(file=buf, force_terminal=True, width=100,

@@ -1,4 +1,4 @@
-"""DeepSpeed execution semantics outside the GEMMs (runtimes/deepspeed.py docstring), against hand-derived values.
+"""DeepSpeed execution semantics outside the GEMMs (specs/runtimes/deepspeed.py docstring), against hand-derived values.
 
 One node of 8 A100-SXM4-80GB: HBM 2039 GB/s x 0.854 (chip file hbm_efficiency) = 1741.3 GB/s; NVSwitch all-reduce
 / all-gather bus bandwidth 300 GB/s x 0.78 = 234 GB/s, latency (8 + 2(n-1)) us for n ranks in the node
@@ -28,11 +28,12 @@ from baige_plan.cli.app import app
 from baige_plan.cost import collectives as C
 from baige_plan.cost.compute import gemm_time_s
 from baige_plan.cost.estimate import _gemm_set, dp_traffic, estimate, strategy_rates
+from baige_plan.exports import deepspeed as ds_export
 from baige_plan.io.catalog import Catalog
-from baige_plan.runtimes import deepspeed as ds
-from baige_plan.runtimes import knobs
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
+from baige_plan.specs.runtimes import deepspeed as ds
+from baige_plan.specs.runtimes import knobs
 from baige_plan.specs.strategy import StrategySpec
 
 CAT = Catalog.create()
@@ -163,7 +164,7 @@ def test_export_turns_pipe_partitioning_off_with_sequence_parallelism(tmp_path):
                                 "--runtime", "deepspeed", "--tp", "2", "--pp", "4", "--zero", "1", "--micro-batch", "1",
                                 sp, "--out", str(f), "--format", "json"])
         assert r.exit_code == 0, r.output
-        cfg = json.loads(next(x.text for x in ds.export(yaml.safe_load(f.read_text())).files
+        cfg = json.loads(next(x.text for x in ds_export.export(yaml.safe_load(f.read_text())).files
                               if x.name == "ds_config.json"))
         out[sp] = cfg["pipeline"]
     assert out["--sequence-parallel"]["pipe_partitioned"] is False

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from baige_plan.cost.estimate import estimate
 from baige_plan.cost.execution import EAGER
-from baige_plan.io.backtest import backtest_file
 from baige_plan.io.catalog import Catalog
 from baige_plan.io.runs import _execution
+from baige_plan.reports.backtest import backtest_file
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
 from baige_plan.specs.strategy import StrategySpec

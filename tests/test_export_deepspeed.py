@@ -1,4 +1,4 @@
-"""DeepSpeed export (runtimes/deepspeed.py) against hand-derived values; DeepSpeed itself is not installed here
+"""DeepSpeed export (exports/deepspeed.py) against hand-derived values; DeepSpeed itself is not installed here
 (tests/integration/check_deepspeed.py feeds the same files to it).
 
 Cases, pinned so the numbers follow by hand:
@@ -21,8 +21,8 @@ from typer.testing import CliRunner
 
 from baige_plan.cli.app import app
 from baige_plan.errors import SpecError
+from baige_plan.exports import deepspeed as ds
 from baige_plan.io.catalog import Catalog
-from baige_plan.runtimes import deepspeed as ds
 from baige_plan.specs.runtime import GradSync
 from baige_plan.specs.strategy import StrategySpec
 

@@ -1,5 +1,5 @@
 """FlagScale export and shape_refusal on hand-built plan documents (expected values derived by hand from
-FlagScale's hetero rules, see baige_plan/runtimes/flagscale.py)."""
+FlagScale's hetero rules, see baige_plan/specs/runtimes/flagscale.py)."""
 
 import csv
 import io
@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from baige_plan.errors import SpecError
-from baige_plan.runtimes import flagscale as F
+from baige_plan.exports import flagscale as F
 
 MODEL = {"name": "m32", "layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8, "head_dim": 128,
          "ffn_hidden": 14336, "vocab": 128256, "seq_len": 8192, "activation": "swiglu", "tie_embeddings": False}

@@ -19,8 +19,8 @@ from typer.testing import CliRunner
 
 from baige_plan.cli.app import app
 from baige_plan.errors import InputError
-from baige_plan.io.exports import export_plan, read_hostfile
-from baige_plan.runtimes import torchtitan
+from baige_plan.exports import torchtitan
+from baige_plan.exports.files import export_plan, read_hostfile
 from tests._plan_docs import LLAMA3_8B, LLAMA3_70B, plan_doc
 
 RUNTIMES = ("megatron", "deepspeed", "torchtitan", "paddle", "flagscale")
@@ -483,7 +483,7 @@ def test_torchtitan_0_3_writes_what_is_costed():
 
 
 def test_megatron_without_transformer_engine_shares_the_launch_artifacts(tmp_path):
-    from baige_plan import runtimes
+    from baige_plan.specs import runtimes
     if "megatron-local" not in runtimes.NAMES:
         pytest.skip("no megatron-local runtime")
     files = _write(tmp_path, "megatron-local", doc=_doc("megatron-local", zero=1, sp=False))

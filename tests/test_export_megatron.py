@@ -1,4 +1,4 @@
-"""Megatron export (baige_plan/runtimes/megatron.py): argument content against hand-derived values.
+"""Megatron export (baige_plan/exports/megatron.py): argument content against hand-derived values.
 
 No Megatron here (project venv): tests/integration/check_megatron.py feeds the same files to Megatron's
 own parser. Plan documents are built by hand in the plan-file form (only the fields the export reads).
@@ -13,8 +13,8 @@ from _plan_docs import plan_doc as _plan_doc
 from typer.testing import CliRunner
 
 from baige_plan.cli.app import app
-from baige_plan.io.exports import export_plan
-from baige_plan.runtimes import megatron
+from baige_plan.exports import megatron
+from baige_plan.exports.files import export_plan
 from baige_plan.specs.model import ModelSpec, MoESpec
 from baige_plan.specs.strategy import StrategySpec
 
@@ -293,7 +293,7 @@ def test_zero_mapping():
     caveats = files(doc)[1]
     assert any("zero=2" in c and "FSDP" in c for c in caveats)
     assert "# cannot express: zero=2" in files(doc)[0]["megatron_args.txt"]
-    # zero 3: Megatron-FSDP full sharding (runtimes/megatron.py docstring), as costed: no caveat
+    # zero 3: Megatron-FSDP full sharding (specs/runtimes/megatron.py docstring), as costed: no caveat
     doc = plan_doc(LLAMA3_70B, tp=8, dp=2, m=4, zero=3, nodes=2)
     a = args_of(doc)
     assert a["--data-parallel-sharding-strategy"] == "optim_grads_params" and a["--ckpt-format"] == "fsdp_dtensor"

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from baige_plan.errors import SpecError
-from baige_plan.runtimes import paddle
+from baige_plan.exports import paddle
 from baige_plan.specs.strategy import StrategySpec
 
 LLAMA3_8B = {"name": "llama3-8b", "layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8, "head_dim": 128,
@@ -245,7 +245,7 @@ def test_refused_plans_are_not_exported():
     with pytest.raises(SpecError, match="PaddleFormers 1.2.0 / Paddle 3.3.1 refuse this plan.*zero=2 with pp=2"):
         files(plan(tp=2, pp=2, dp=4, zero=2, m=8))
     from baige_plan.errors import InputError
-    from baige_plan.io.exports import export_plan
+    from baige_plan.exports.files import export_plan
     with pytest.raises(InputError, match="strategy.zero: paddle refuses this plan"):
         export_plan(plan(tp=2, pp=2, dp=4, zero=2, m=8), "paddle")
 

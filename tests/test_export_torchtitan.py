@@ -1,4 +1,4 @@
-"""torchtitan export (baige_plan/runtimes/torchtitan.py): arguments against hand-derived values, and the
+"""torchtitan export (baige_plan/exports/torchtitan.py): arguments against hand-derived values, and the
 runtime's declared space.
 
 No torchtitan here (project venv): tests/integration/check_torchtitan.py feeds the same files to
@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 from baige_plan.cli.app import app
 from baige_plan.errors import SpecError
-from baige_plan.io.exports import export_plan
-from baige_plan.runtimes import torchtitan
+from baige_plan.exports import torchtitan
+from baige_plan.exports.files import export_plan
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec, MoESpec
 from baige_plan.specs.strategy import StrategySpec

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from baige_plan.io.backtest import backtest_file
 from baige_plan.io.catalog import Catalog
+from baige_plan.reports.backtest import backtest_file
 
 DATA = Path(__file__).parent / "data" / "published_calibration.yaml"
 

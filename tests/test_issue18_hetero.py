@@ -131,7 +131,7 @@ def test_batch_tolerance_runs_the_batch_that_splits_and_says_so():
 
 
 def test_topology_group_keys_round_trip(tmp_path):
-    from baige_plan.io.plans import cluster_doc
+    from baige_plan.io.plan_doc import cluster_doc
     from baige_plan.io.topologies import cluster_from_dict
     cat = Catalog.create([])
     cl = cat.cluster("cloud-a100-v100-128")[0]

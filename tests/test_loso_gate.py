@@ -1,4 +1,4 @@
-"""CI gate on leave-one-source-out accuracy: recompute LOSO over the corpus (io/loso.py default_corpus, the files
+"""CI gate on leave-one-source-out accuracy: recompute LOSO over the corpus (reports/loso.py default_corpus, the files
 `make corpus-tables` reads) and fail when a source's held-out median |step-time error| is more than 2 points
 worse than the committed table (benchmarks/corpus/loso.json), when its evaluated share drops, or when a
 committed source is gone. Sources not in the table yet are reported (a warning), not failed: regenerate the
@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from baige_plan.io.catalog import Catalog
-from baige_plan.io.loso import check_loso_doc, default_corpus, loso
+from baige_plan.reports.loso import check_loso_doc, default_corpus, loso
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLE = ROOT / "benchmarks" / "corpus" / "loso.json"

@@ -1,4 +1,4 @@
-"""Megatron-core without Transformer Engine (runtime megatron-local, runtimes/megatron_local.py; issue 17 items 3, 4):
+"""Megatron-core without Transformer Engine (runtime megatron-local, specs/runtimes/megatron_local.py; issue 17 items 3, 4):
 its space (no cp, no SP, no fp8, no MoE), its export (the four TE-less switches, the attention choice), its costing
 (differs from the TE runtime by exactly the unfused mechanisms, derived by hand for one layer) and the runs measured
 with real Megatron on 2x H200 (benchmarks/real/runs_megatron_local_h200x2.yaml) backtested within the reported error."""
@@ -11,15 +11,15 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from baige_plan import runtimes
 from baige_plan.cli.app import app
 from baige_plan.cost.estimate import ADAM_BYTES_PER_PARAM, stage_cost, strategy_rates
-from baige_plan.io.backtest import backtest_file
 from baige_plan.io.catalog import Catalog
-from baige_plan.runtimes import megatron_local as ml
+from baige_plan.reports.backtest import backtest_file
+from baige_plan.specs import runtimes
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
 from baige_plan.specs.runtime import FUSED_KERNELS
+from baige_plan.specs.runtimes import megatron_local as ml
 from baige_plan.specs.strategy import StrategySpec
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -55,10 +55,10 @@ def test_flash_attention_drops_the_s2_terms():
 
 @pytest.mark.parametrize("zero,want_gb", [(0, 120.0), (1, 31.4), (2, 16.6), (3, 1.9)])
 def test_deepspeed_fp16_semantics_reproduce_zero_figure1(zero, want_gb):
-    """The DeepSpeed runtime's declared fp16 states (runtimes/deepspeed.py MEMORY) are the ZeRO paper's
+    """The DeepSpeed runtime's declared fp16 states (specs/runtimes/deepspeed.py MEMORY) are the ZeRO paper's
     2 + 2 + K accounting; the step's fp32 gradient partition (4/Nd) comes on top, outside Fig. 1."""
     from baige_plan.cost.memory import state_bytes
-    from baige_plan.runtimes.deepspeed import MEMORY
+    from baige_plan.specs.runtimes.deepspeed import MEMORY
     w, g, k, step = state_bytes(MEMORY, "fp16", zero, 64)
     assert math.isclose((w + g + k) * 7.5e9 / GB, want_gb, rel_tol=0.02)
     assert step == (4 / 64 if zero >= 1 else 4)

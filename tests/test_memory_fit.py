@@ -10,8 +10,8 @@ from baige_plan.cost import memory as M
 from baige_plan.cost.estimate import estimate
 from baige_plan.io.catalog import Catalog
 from baige_plan.io.runs import load_runs
-from baige_plan.runtimes import megatron, torchtitan
 from baige_plan.specs.job import JobSpec
+from baige_plan.specs.runtimes import megatron, torchtitan
 from baige_plan.specs.strategy import StrategySpec
 from baige_plan.specs.topology import ClusterSpec, GroupSpec
 

@@ -1,4 +1,4 @@
-"""Per-runtime memory semantics (specs/runtime.py MemorySemantics, runtimes/NAME.py) against formulas derived by
+"""Per-runtime memory semantics (specs/runtime.py MemorySemantics, specs/runtimes/NAME.py) against formulas derived by
 hand from each framework's source (docs/COST_MODEL.md "Memory model")."""
 
 import math
@@ -7,11 +7,12 @@ import pytest
 
 from baige_plan.cost import memory as M
 from baige_plan.cost.estimate import estimate
-from baige_plan.io.plan_check import _check_estimate
 from baige_plan.io.serialize import estimate_dict
-from baige_plan.runtimes import deepspeed, megatron, paddle, pytorch, torchtitan
+from baige_plan.reports.plan_check import _check_estimate
+from baige_plan.specs import runtime as R
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
+from baige_plan.specs.runtimes import deepspeed, megatron, paddle, pytorch, torchtitan
 from baige_plan.specs.strategy import StrategySpec
 from baige_plan.specs.topology import ClusterSpec, GroupSpec
 from tests.test_precision import A100_40
@@ -168,8 +169,8 @@ def test_reserve_counts_context_nccl_and_unreclaimable_allocator_slack():
     assert M.comm_groups(1, 1, 1, 1) == 0
     assert M.comm_groups(2, 1, 2, 1) == 2                  # TP + DP
     assert M.comm_groups(8, 2, 4, 4, 8, 1) == 5             # TP, CP, dp x cp, PP, EP
-    assert M.outside_gib(mem, 0) == approx(M.CUDA_CONTEXT_GIB)
-    assert M.outside_gib(mem, 2) == approx(M.CUDA_CONTEXT_GIB + M.NCCL_FIRST_GIB + M.NCCL_GROUP_GIB)
+    assert M.outside_gib(mem, 0) == approx(R.CUDA_CONTEXT_GIB)
+    assert M.outside_gib(mem, 2) == approx(R.CUDA_CONTEXT_GIB + R.NCCL_FIRST_GIB + R.NCCL_GROUP_GIB)
     # what counts against capacity: 1 % of 10 GiB unreclaimable + the 0.743 GiB context = 0.843 GiB
     assert M.reserve_bytes(mem, 10 * GIB, 0) == approx((0.1 + 0.743) * GIB)
     # what the reserved peak adds: 4.35 % of 10 GiB
@@ -198,8 +199,8 @@ def test_margin_and_fits_use_the_fraction():
 
 
 def test_backtest_compares_reserved_with_the_allocator_slack():
-    from baige_plan.io.backtest import backtest_case
     from baige_plan.io.runs import RunCase
+    from baige_plan.reports.backtest import backtest_case
     s = StrategySpec(tp=1, pp=1, dp=8, zero=3, micro_batch=1, recompute="full", runtime="torchtitan",
                      execution="eager")
     base = dict(id="r", model=MODEL, cluster=_cluster(8), job=JobSpec(8, 2048, "bf16"), strategy=s,

@@ -17,10 +17,10 @@ from typer.testing import CliRunner
 
 from baige_plan.cli.app import app
 from baige_plan.errors import InputError
+from baige_plan.exports import deepspeed, flagscale, megatron, paddle, torchtitan
+from baige_plan.exports._build import megatron_model_args
 from baige_plan.io.hf_config import hf_config_to_model, load_hf_config
 from baige_plan.io.models import load_model_file, model_from_dict, model_to_dict
-from baige_plan.runtimes import deepspeed, flagscale, megatron, paddle, torchtitan
-from baige_plan.runtimes._build import megatron_model_args
 
 ROOT = Path(__file__).resolve().parents[1]
 HF = ROOT / "tests" / "data" / "hf"
@@ -273,7 +273,7 @@ def test_emitted_flags_are_in_the_checked_list():
 
 
 def test_check_notes_newly_recorded_fields_without_failing():
-    from baige_plan.io.plan_compare import input_changes
+    from baige_plan.present.plan_compare import input_changes
     old = model_to_dict(load_model_file(ROOT / "models" / "gpt3-175b.yaml"))
     new = dict(old, norm="layernorm", position_embedding="learned", qkv_bias=True, linear_bias=True)
     matter, noted = input_changes({"inputs": {"model": old}}, {"inputs": {"model": new}})

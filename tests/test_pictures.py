@@ -1,4 +1,4 @@
-"""Pictures (`explain --svg/--png`, `backtest --plot`; baige_plan/io/pictures.py), the pipeline schedule they
+"""Pictures (`explain --svg/--png`, `backtest --plot`; baige_plan/present/pictures.py), the pipeline schedule they
 draw, and `explain` on mixed clusters printing the numbers `evaluate --plan` prints (issue 12).
 
 The schedule, the node-row folding, the missing-extra message and the explain/evaluate agreement need no
@@ -21,9 +21,9 @@ import yaml
 from typer.testing import CliRunner
 
 from baige_plan.cli.app import app
-from baige_plan.io import pictures
-from baige_plan.io.pictures import INSTALL, _node_rows, fmt_s, simulate_schedule, stage_order
 from baige_plan.io.plans import plan_inputs
+from baige_plan.present import pictures
+from baige_plan.present.pictures import INSTALL, _node_rows, fmt_s, simulate_schedule, stage_order
 
 RUN = CliRunner()
 HOMOG = ["llama2-7b", "a100-sxm4-80g:2x8", "--global-batch", "64", "--seq-len", "4096", "--tp", "2", "--pp", "2"]

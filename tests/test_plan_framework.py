@@ -6,7 +6,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from baige_plan import runtimes
+from baige_plan.specs import runtimes
 from baige_plan.specs.strategy import StrategySpec
 
 runner = CliRunner()

@@ -12,7 +12,6 @@ import math
 import pytest
 from typer.testing import CliRunner
 
-from baige_plan import runtimes
 from baige_plan.cli.app import app
 from baige_plan.cli.common import Precision
 from baige_plan.cost import collectives as C
@@ -21,6 +20,7 @@ from baige_plan.cost.estimate import estimate
 from baige_plan.cost.flops import Gemm
 from baige_plan.cost.memory import GIB
 from baige_plan.io.catalog import Catalog
+from baige_plan.specs import runtimes
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.strategy import StrategySpec
 

@@ -26,9 +26,9 @@ from typer.testing import CliRunner
 
 from baige_plan.cli.app import app
 from baige_plan.cost.estimate import estimate
+from baige_plan.exports import megatron
 from baige_plan.io.catalog import Catalog
 from baige_plan.io.plans import dumps, plan_doc
-from baige_plan.runtimes import megatron
 from baige_plan.search.placement import placement
 from baige_plan.search.solver import SearchResult
 from baige_plan.search.space import from_strategy, split_family, uneven_splits

@@ -10,8 +10,12 @@ import yaml
 from typer.testing import CliRunner
 
 from baige_plan.cli.app import app
-from baige_plan.io.replan_doc import load_old
+from baige_plan.reports.replan_doc import load_old
 from baige_plan.search import replan as R
+from baige_plan.search import replan_candidates as C
+from baige_plan.search import replan_holdings as H
+from baige_plan.search import replan_world as W
+from baige_plan.search.placement import placement as place
 
 RUN = CliRunner()
 GPT3 = ["plan", "gpt3-175b", "a100-sxm4-80g:64x8", "--global-batch", "1536", "--seq-len", "2048"]
@@ -80,7 +84,7 @@ def test_lose_one_node_of_64(lose17):
 def test_node_map_covers_the_survivors_once(plans, lose17):
     rep, _ = lose17
     old = load_old(plans["gpt3"])
-    w = R.apply_changes(old.cluster, old.slots, [f"{G}:17"], [], [], [])
+    w = W.apply_changes(old.cluster, old.slots, [f"{G}:17"], [], [], [])
     res = R.replan(old.model, old.job, old.cluster, old.estimate, old.strategy, old.pipelines, old.slots, w,
                    frac=old.frac)
     c = res.chosen
@@ -227,27 +231,27 @@ def test_state_model_overlaps():
     from baige_plan.specs.strategy import StrategySpec
 
     m = Catalog.create().model("llama3-70b")
-    ax = R.Axis(m, "bf16")
+    ax = H.Axis(m, "bf16")
     s = StrategySpec(tp=4, pp=4, dp=2, vpp=2)
-    lay = R.layout_of_strategy(m, s, "g")
+    lay = H.layout_of_strategy(m, s, "g")
     assert lay[0].stages[1].chunks == ((10, 20), (50, 60))
-    slots = R.placement(4, 1, 2, 4, "g", 8)
-    store = R.holdings(ax, lay, slots)
-    A_p, A_o = R._pack(store, [("g", i) for i in range(4)], 8)
-    full = R._overlap(A_p, A_p)
-    assert full.diagonal() == pytest.approx(R._volume(A_p).sum(axis=1))
+    slots = place(4, 1, 2, 4, "g", 8)
+    store = H.holdings(ax, lay, slots)
+    A_p, A_o = H._pack(store, [("g", i) for i in range(4)], 8)
+    full = H._overlap(A_p, A_p)
+    assert full.diagonal() == pytest.approx(H._volume(A_p).sum(axis=1))
     # parameters: 80 layers + embedding + output, each device a 1/tp shard; 2 replicas hold a copy each
-    total = R._volume(A_p).sum()
+    total = H._volume(A_p).sum()
     assert total == pytest.approx(2 * float(ax.cd[-1]))
     # optimizer (ZeRO-1): one copy, sliced over the 2 replicas
-    assert R._volume(A_o).sum() == pytest.approx(float(ax.cd[-1]))
+    assert H._volume(A_o).sum() == pytest.approx(float(ax.cd[-1]))
     s2 = StrategySpec(tp=2, pp=4, dp=4, vpp=2)
-    st2 = R.holdings(ax, R.layout_of_strategy(m, s2, "g"), R.placement(2, 1, 4, 4, "g", 8))
-    B_p, _ = R._pack(st2, [("g", i) for i in range(4)], 8)
+    st2 = H.holdings(ax, H.layout_of_strategy(m, s2, "g"), place(2, 1, 4, 4, "g", 8))
+    B_p, _ = H._pack(st2, [("g", i) for i in range(4)], 8)
     # same stages, tp 4 -> 2 with devices kept in place: device d held shard d%4 of 4, now d%2 of 2; only devices
     # 0, 3, 4, 7 keep a quarter-shard each, i.e. a quarter of the new state
-    kept = R._overlap(B_p, A_p).diagonal().sum()
-    assert kept == pytest.approx(0.25 * R._volume(B_p).sum())
+    kept = H._overlap(B_p, A_p).diagonal().sum()
+    assert kept == pytest.approx(0.25 * H._volume(B_p).sum())
 
 
 # -- issue 19: replan that keeps ranks ---------------------------------------------------------------------------
@@ -261,7 +265,7 @@ def test_layout_distance_counts_each_change():
     old = StrategySpec(tp=8, pp=1, dp=32, zero=3, micro_batch=2)
 
     def d(family, **kw):
-        c = R.Candidate("x", family, None, None, strategy=StrategySpec(**kw))
+        c = C.Candidate("x", family, None, None, strategy=StrategySpec(**kw))
         return R.layout_distance(c, old, (), m)
     assert d("keep", tp=8, dp=16, zero=3) == 0
     assert d("same tp", tp=8, pp=2, dp=16, zero=3) == 1                     # pp 1 -> 2

@@ -11,11 +11,13 @@ from baige_plan.cost.compute import ChipRates, gemm_time_s
 from baige_plan.cost.estimate import estimate, stage_cost
 from baige_plan.cost.execution import EAGER
 from baige_plan.cost.flops import Gemm, linear_gemms
+from baige_plan.exports import megatron, torchtitan
 from baige_plan.io.catalog import Catalog
 from baige_plan.io.runs import _recompute, _zero, runtime_of
-from baige_plan.runtimes import megatron, torchtitan
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec, MoESpec
+from baige_plan.specs.runtimes import megatron as megatron_rt
+from baige_plan.specs.runtimes import torchtitan as torchtitan_rt
 from baige_plan.specs.strategy import StrategySpec
 
 CAT = Catalog.create()
@@ -30,11 +32,11 @@ MPT = CAT.model("tests/data/mpt-7b.yaml")
 MOE_PREFIX = CAT.model("tests/data/moe-dense-prefix.yaml")
 
 
-# -- torchtitan op-level SAC: what is recomputed (runtimes/torchtitan.py op_sac_recomputed) ---------
+# -- torchtitan op-level SAC: what is recomputed (specs/runtimes/torchtitan.py op_sac_recomputed) ---------
 
 def _names(model, moe=False):
     lin = linear_gemms(model, 8192, 1, moe)
-    return [g.name for g in torchtitan.op_sac_recomputed(lin, model.activation)]
+    return [g.name for g in torchtitan_rt.op_sac_recomputed(lin, model.activation)]
 
 
 def test_op_sac_recomputes_every_second_matmul():
@@ -46,7 +48,7 @@ def test_op_sac_recomputes_every_second_matmul():
     moe = ModelSpec("m", 2, 2048, 16, 8192, 32000, moe=MoESpec(experts=8, top_k=2, expert_ffn_hidden=1024,
                                                                 shared_experts=1))
     assert _names(moe, moe=True) == ["router", "expert_up", "expert_down", "attn_proj", "shared_up_w3"]
-    w3 = torchtitan.op_sac_recomputed(linear_gemms(WIDE, 8192, 1, False), "swiglu")[1]
+    w3 = torchtitan_rt.op_sac_recomputed(linear_gemms(WIDE, 8192, 1, False), "swiglu")[1]
     assert (w3.m, w3.n, w3.k) == (8192, 28672, 8192)      # half of the fused w1|w3 GEMM
 
 
@@ -183,7 +185,7 @@ LLAMA = ModelSpec("llama3-8b", 32, 4096, 32, 14336, 128256, seq_len=8192, kv_hea
 
 
 def test_megatron_space_has_zero3_without_pp():
-    rt = megatron.RUNTIME
+    rt = megatron_rt.RUNTIME
     assert rt.zero_stages == (0, 1, 3) and rt.zero_stages_with_pp == (0, 1)
     job = JobSpec(global_batch=64, seq_len=8192)
     for kw in (dict(dp=8), dict(dp=4, tp=2, sequence_parallel=True), dict(dp=4, cp=2)):
@@ -197,9 +199,9 @@ def test_megatron_fsdp_memory_by_hand():
     # 16-bit params, grads and fp32 main params + Adam m, v all sharded over dp x cp = 8:
     # (2 + 2 + 12) / 8 = 2 B per parameter; fp32 step copy of the owned grads 4/8
     from baige_plan.cost.memory import state_bytes
-    assert state_bytes(megatron.MEMORY, "bf16", 3, 8) == (2 / 8, 2 / 8, 12 / 8, 4 / 8)
-    assert state_bytes(megatron.MEMORY, "bf16", 1, 8) == (2, 4, 12 / 8, 0)         # ZeRO-1 unchanged
-    assert megatron.MEMORY.zero3_reduce_bytes == 2
+    assert state_bytes(megatron_rt.MEMORY, "bf16", 3, 8) == (2 / 8, 2 / 8, 12 / 8, 4 / 8)
+    assert state_bytes(megatron_rt.MEMORY, "bf16", 1, 8) == (2, 4, 12 / 8, 0)         # ZeRO-1 unchanged
+    assert megatron_rt.MEMORY.zero3_reduce_bytes == 2
 
 
 def test_megatron_zero3_export_writes_megatron_fsdp():

@@ -26,9 +26,9 @@ from baige_plan.cli.app import app
 from baige_plan.cost import collectives as C
 from baige_plan.cost.estimate import dp_traffic, estimate
 from baige_plan.io.catalog import Catalog
-from baige_plan.runtimes import knobs
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
+from baige_plan.specs.runtimes import knobs
 from baige_plan.specs.strategy import StrategySpec
 
 CAT = Catalog.create()

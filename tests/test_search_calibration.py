@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from baige_plan import runtimes
 from baige_plan.cost.estimate import estimate
 from baige_plan.io.catalog import Catalog
 from baige_plan.io.runs import load_runs
 from baige_plan.search.solver import search
 from baige_plan.search.space import Bounds, Pins, enumerate_space, from_strategy
+from baige_plan.specs import runtimes
 
 REF = Path(__file__).resolve().parent / "data" / "published_calibration.yaml"   # copy: tests/data/README.md
 

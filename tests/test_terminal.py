@@ -93,7 +93,7 @@ def test_quiet_prints_no_notes_but_errors(tmp_path):
 @pytest.fixture
 def terminal(monkeypatch):
     """Progress lines drawn into a buffer that rich takes for a terminal."""
-    import baige_plan.io.render_plans as rp
+    import baige_plan.present.render_plans as rp
 
     buf = io.StringIO()
     monkeypatch.setattr(rp, "_console", lambda stderr=False: Console(file=buf, force_terminal=True, width=100,
@@ -125,7 +125,7 @@ def test_progress_shows_after_a_second_of_work_only(terminal):
 
 
 def test_search_progress_counts_candidates(terminal):
-    from baige_plan.io.render_plans import Progress
+    from baige_plan.present.render_plans import Progress
 
     p = Progress(after_s=0.0)
     p(10, 100)
@@ -135,9 +135,9 @@ def test_search_progress_counts_candidates(terminal):
 
 
 def test_hetero_solve_reports_progress_and_stays_pure():
-    from baige_plan import runtimes
     from baige_plan.io.catalog import Catalog
     from baige_plan.search.hetero import solve
+    from baige_plan.specs import runtimes
     from baige_plan.specs.job import JobSpec
     from baige_plan.specs.strategy import StrategySpec
 

@@ -9,7 +9,7 @@ import yaml
 
 from baige_plan.errors import InputError
 from baige_plan.io.catalog import Catalog
-from baige_plan.io.topologies import DEFAULT_BRIDGE_GBPS_PER_NODE
+from baige_plan.specs.topology import DEFAULT_BRIDGE_GBPS_PER_NODE
 
 ROOT = Path(__file__).resolve().parents[1]
 TOPOLOGIES = sorted((ROOT / "topologies").glob("*.yaml"))

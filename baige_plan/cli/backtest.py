@@ -2,7 +2,7 @@
 set (file): error median / p90 / max, the share of runs evaluated, and a ranking check. With
 --fail-above-median / --fail-above-p90 it is a CI gate (exit 3 when a set exceeds a limit).
 
-`--loso`: leave-one-source-out validation over all the files (io/loso.py): per source, family, mechanism
+`--loso`: leave-one-source-out validation over all the files (reports/loso.py): per source, family, mechanism
 class and overall, with the corpus-fitted constants refit without the source being scored; `--tables DIR`
 writes DIR/loso.json and DIR/LOSO.md, `--bands FILE` the step-time band table (`make corpus-tables`)."""
 
@@ -18,10 +18,10 @@ from rich.text import Text
 
 from baige_plan.cli.common import CatalogOpt, err, fail_input, note, progress_line, write_atomic
 from baige_plan.errors import InputError
-from baige_plan.io.backtest import backtest_files, gate
 from baige_plan.io.catalog import Catalog
-from baige_plan.io.render import Stdout
 from baige_plan.io.serialize import to_json
+from baige_plan.present.render import Stdout
+from baige_plan.reports.backtest import backtest_files, gate
 
 
 def _pct_opt(name: str, text: str | None) -> float | None:
@@ -82,7 +82,7 @@ def backtest(
         fail_input(e)
     label = ", ".join(str(p) for p in runs)
     if plot is not None:
-        from baige_plan.io.pictures import write_backtest_plot
+        from baige_plan.present.pictures import write_backtest_plot
         try:
             write_backtest_plot(doc, plot, f"backtest: {label}")
         except InputError as e:
@@ -109,7 +109,7 @@ def _print_tables(doc: dict, label: str) -> None:
         t.add_row(r["id"], r["strategy"], f"{r['measured_step_time_s']:.4g}" if r["measured_step_time_s"] else "-",
                   f"{r['predicted_step_time_s']:.4g}", f"{err_:+.1%}" if err_ is not None else "-",
                   f"{mem_m:.2f}" if mem_m else "-", f"{mem_p:.2f}" if mem_m else "-")
-    console = Stdout(140)       # no cell cut at any width; ids and paths print as written (io/render.py)
+    console = Stdout(140)       # no cell cut at any width; ids and paths print as written (present/render.py)
     console.print(t)
     sets = doc.get("sets") or [{"file": label, "summary": doc["summary"]}]
     for st in sets + ([{"file": "all sets", "summary": doc["summary"]}] if len(sets) > 1 else []):
@@ -156,8 +156,8 @@ def _print_summary(console: Stdout, name: str, s: dict) -> None:
 
 def _loso(runs: list[Path], fmt: str, catalog: list[str], median_lim: float | None, p90_lim: float | None,
           tables: Path | None, bands: Path | None) -> None:
-    from baige_plan.io.loso import bands_file_doc, loso, loso_gate, markdown
     from baige_plan.io.serialize import to_yaml
+    from baige_plan.reports.loso import bands_file_doc, loso, loso_gate, markdown
 
     t0 = time.perf_counter()
     try:

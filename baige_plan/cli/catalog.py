@@ -8,9 +8,9 @@ from rich.table import Table
 from baige_plan.cli.common import FORMAT_HELP, CatalogOpt, Fmt, fail_input
 from baige_plan.errors import InputError
 from baige_plan.io.catalog import Catalog
-from baige_plan.io.catalog_view import _v, chip_rows, detail, model_rows, topology_rows
-from baige_plan.io.render import print_tables
 from baige_plan.io.serialize import rnd, to_json, to_yaml
+from baige_plan.present.catalog_view import _v, chip_rows, detail, model_rows, topology_rows
+from baige_plan.present.render import print_tables
 
 KINDS = ("chips", "models", "topologies")
 

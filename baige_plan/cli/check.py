@@ -28,10 +28,10 @@ def check(plan: Path = typer.Argument(..., metavar="PLAN", help="The new plan fi
     inputs changed in a way that matters; 0 otherwise. Prints what changed. With --update-baseline
     (--accept), PLAN becomes the new baseline instead."""
     from baige_plan.errors import InputError
-    from baige_plan.io.plan_check import validate_plan_file
-    from baige_plan.io.plan_compare import compare, regressions
     from baige_plan.io.plans import dumps
-    from baige_plan.io.render_plans import diff_table, print_tables
+    from baige_plan.present.plan_compare import compare, regressions
+    from baige_plan.present.render_plans import diff_table, print_tables
+    from baige_plan.reports.plan_check import validate_plan_file
 
     if not math.isfinite(tolerance) or tolerance < 0:
         err(f"--tolerance: must be a finite number >= 0 (a relative slowdown, 0.02 = 2%), got {tolerance}")

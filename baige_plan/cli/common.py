@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from baige_plan.errors import InputError, SpecError
-from baige_plan.runtimes import NAMES as RUNTIME_NAMES
+from baige_plan.specs.runtimes import NAMES as RUNTIME_NAMES
 
 # the default of --max-memory-frac, one value for every command that takes it (plan, evaluate, whatif): a plan
 # or strategy fits when its peak memory is at most this fraction of the device's
@@ -97,11 +97,11 @@ PROGRESS_AFTER_S = 1.0
 
 
 def progress_line(text: str = "", after_s: float | None = None):
-    """A transient progress line on stderr for work that may take over a second (io/render_plans.Progress):
+    """A transient progress line on stderr for work that may take over a second (present/render_plans.Progress):
     shown after `after_s` seconds (PROGRESS_AFTER_S), only on a terminal, never with --quiet. `text`: a
     format string over done and total for `progress(done, total)` calls, or the first status for
     `.update(text)` calls."""
-    from baige_plan.io.render_plans import Progress
+    from baige_plan.present.render_plans import Progress
 
     wait = PROGRESS_AFTER_S if after_s is None else after_s
     p = Progress(after_s=wait, text=text or Progress.SEARCH, enabled=not _QUIET["on"])

@@ -17,10 +17,10 @@ def diff(plan_a: Path = typer.Argument(..., metavar="PLAN_A", help="Plan file A.
     """Show the differences between two plan files (as written), for humans or as JSON. Exit 0 when the
     plans are the same, 1 when they differ (as diff(1)), 2 on bad input."""
     from baige_plan.errors import InputError
-    from baige_plan.io.plan_check import validate_plan_file
-    from baige_plan.io.plan_compare import compare
     from baige_plan.io.plans import dumps
-    from baige_plan.io.render_plans import diff_table, print_tables
+    from baige_plan.present.plan_compare import compare
+    from baige_plan.present.render_plans import diff_table, print_tables
+    from baige_plan.reports.plan_check import validate_plan_file
 
     try:    # both files pass every check `baige-plan validate` makes, or exit 2
         with progress_line("comparing") as prog:     # on stderr after a second; never with --quiet

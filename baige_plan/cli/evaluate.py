@@ -33,8 +33,8 @@ from baige_plan.cost.estimate import estimate
 from baige_plan.errors import InputError, SpecError
 from baige_plan.io.bands import band_for, load_bands
 from baige_plan.io.catalog import Catalog
-from baige_plan.io.render import estimate_tables, print_tables
 from baige_plan.io.serialize import estimate_dict, to_json, to_yaml
+from baige_plan.present.render import estimate_tables, print_tables
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.strategy import StrategySpec, infer_dp
 

@@ -24,8 +24,8 @@ def explain(plan: Path = typer.Argument(..., metavar="PLAN", help="A plan file w
             fmt: Fmt = typer.Option(Fmt.table, "--format", help=FORMAT_HELP)) -> None:
     """Per-stage breakdown, memory by kind against capacity, the bottleneck, and the runners-up."""
     from baige_plan.io.plans import estimate_plan_full, read_plan
-    from baige_plan.io.render_plans import explain_tables, print_tables, runners_table
     from baige_plan.io.serialize import estimate_dict
+    from baige_plan.present.render_plans import explain_tables, print_tables, runners_table
 
     prog = progress_line(f"explain: re-estimating {plan}")     # on stderr after a second; never with --quiet
     try:
@@ -49,7 +49,7 @@ def explain(plan: Path = typer.Argument(..., metavar="PLAN", help="A plan file w
     title = f"{model.name} on {cluster.name} (global batch {job.global_batch}, seq {job.seq_len}, {job.precision})"
     try:
         if svg is not None or png is not None:
-            from baige_plan.io.pictures import write_plan_pictures
+            from baige_plan.present.pictures import write_plan_pictures
             prog.update(f"explain: drawing {', '.join(str(p) for p in (svg, png) if p is not None)}")
             try:
                 write_plan_pictures(doc, e, cluster, title, svg=svg, png=png)
@@ -58,13 +58,14 @@ def explain(plan: Path = typer.Argument(..., metavar="PLAN", help="A plan file w
         runners = (doc.get("search") or {}).get("runners_up") or []
         pipelines, hetero = doc.get("pipelines"), None
         if cluster.is_heterogeneous and pspec is not None:
-            from baige_plan.io.hetero_plans import hetero_estimate_dict, hetero_pipelines_doc
+            from baige_plan.io.hetero_plans import hetero_pipelines_doc
+            from baige_plan.io.plan_doc import hetero_estimate_dict
             from baige_plan.search.hetero import standalone_throughputs
             # the plan as written, as `evaluate --plan` re-estimates it (io/plans.evaluate_plan_file): heterogeneous
             # efficiency, shapes and bridge traffic recomputed, never the numbers stored in a (hand-edited) file
             prog.update("explain: searching each chip group alone (heterogeneous efficiency)")
             frac = float((doc.get("search") or {}).get("max_memory_frac", 1.0))
-            from baige_plan.io.hetero_plans import matmul_precisions
+            from baige_plan.io.plan_doc import matmul_precisions
             hetero = hetero_estimate_dict(e, pspec, standalone_throughputs(model, cluster, job, frac),
                                           band=_band(e, model, job), matmul=matmul_precisions(pspec, cluster, job))
             pipelines = hetero_pipelines_doc(pspec, e)
@@ -85,10 +86,10 @@ def explain(plan: Path = typer.Argument(..., metavar="PLAN", help="A plan file w
     if runners:
         tables.append(runners_table(view, runners))
     if hetero is not None:
-        from baige_plan.io.render_plans import hetero_tables
+        from baige_plan.present.render_plans import hetero_tables
         tables = hetero_tables(dict(doc, estimate=hetero, pipelines=pipelines), title) + tables[1:]
     print_tables(tables)
-    from baige_plan.io.render import print_text
+    from baige_plan.present.render import print_text
     print_text(summary)         # wrapped at the tables' width
 
 

@@ -9,7 +9,7 @@ import typer
 
 from baige_plan.cli.common import CatalogOpt, fail_input, note, progress_line, write_atomic
 from baige_plan.cli.values import out_dir_option, plan_file
-from baige_plan.runtimes import NAMES
+from baige_plan.specs.runtimes import NAMES
 
 Target = Enum("Target", {n: n for n in NAMES + ("hostfile",)}, type=str)
 
@@ -37,7 +37,7 @@ def export(plan: Path = typer.Argument(..., metavar="PLAN", help="A plan file.",
     BAIGE_TRAIN_ITERS (BAIGE_MOCK_DATA=1: mock data), check the runtime's and torch's versions, and a
     slurm.sbatch runs them under SLURM."""
     from baige_plan.errors import InputError
-    from baige_plan.io.exports import export_plan, read_hostfile, write_export
+    from baige_plan.exports.files import export_plan, read_hostfile, write_export
     from baige_plan.io.plans import read_plan
 
     try:

@@ -118,7 +118,7 @@ def plan(
     On one chip group, plans may use fewer nodes than the cluster has when that is faster (cheaper with
     --objective cost) or the only way (search/partial.py); the idle devices are reported, with why."""
     from baige_plan.io.plans import chip_docs_from_catalog, dumps, format_for, plan_doc, plans_doc
-    from baige_plan.io.render_plans import print_tables, ranking_tables
+    from baige_plan.present.render_plans import print_tables, ranking_tables
     from baige_plan.search.partial import parse_exclude, search_partial, why_none
     from baige_plan.search.ranking import TIE_POOL
     from baige_plan.search.space import Bounds, Pins
@@ -155,7 +155,7 @@ def plan(
                            account=bool(account_for_embedding or account_for_loss) or None)
         if cl.is_heterogeneous:
             # every option applies to every pipeline shape, or is refused: replicas differ per shape (--dp),
-            # and the heterogeneous runtime runs no cp/ep/vpp across chip groups (runtimes/flagscale.py)
+            # and the heterogeneous runtime runs no cp/ep/vpp across chip groups (specs/runtimes/flagscale.py)
             refused = {k: v for k, v in (("--dp", dp), ("--cp", cp if cp != 1 else None),
                                           ("--ep", ep if ep != 1 else None), ("--etp", etp if etp != 1 else None),
                                           ("--vpp", vpp if vpp != 1 else None),
@@ -278,7 +278,7 @@ def plan(
         print_tables(tables)
     else:
         if doc["published_recipe"] is None:
-            from baige_plan.io.render_plans import recipe_line
+            from baige_plan.present.render_plans import recipe_line
             note(recipe_line(None, doc["plans"][0], _none_why(m, pr.cluster, job)))
         typer.echo(dumps(doc, fmt.value), nl=False)
 
@@ -357,7 +357,7 @@ def _mark(doc: dict, ranked, published, m, job: JobSpec) -> None:
 
 def _notes(doc: dict, none_why: str) -> list[str]:
     """Lines under the ranking table: the tie rule (when there are ties) and the nearest published recipe."""
-    from baige_plan.io.render_plans import recipe_line
+    from baige_plan.present.render_plans import recipe_line
     out = []
     if any(d.get("tie") for d in doc["plans"]):
         out.append("~ " + doc["ordering"])

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import typer
 
-from baige_plan import runtimes
 from baige_plan.cli.common import Fmt, Recompute, err, fail_input, note, progress_line, write_atomic
 from baige_plan.errors import InputError, SpecError
+from baige_plan.specs import runtimes
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
 from baige_plan.specs.strategy import StrategySpec
@@ -29,7 +29,7 @@ def plan_hetero(cat, m: ModelSpec, cl: ClusterSpec, job: JobSpec, *, micro_batch
     whole = whole or cl
     from baige_plan.io.hetero_plans import hetero_plan_doc, hetero_plans_doc
     from baige_plan.io.plans import chip_docs_from_catalog, dumps, format_for
-    from baige_plan.io.render_plans import hetero_tables, print_tables
+    from baige_plan.present.render_plans import hetero_tables, print_tables
     from baige_plan.search.hetero import runs_on, solve
 
     base = StrategySpec(micro_batch=micro_batch or 1, zero=1 if zero is None else zero,

@@ -83,9 +83,10 @@ def replan(
     throughput change and the bytes to move. Exits 1 naming the binding constraint when no plan fits."""
     from baige_plan.io.catalog import Catalog
     from baige_plan.io.plans import dumps, estimate_plan_full, format_for
-    from baige_plan.io.replan_doc import load_old, new_plan_doc, report_doc
-    from baige_plan.search.replan import Infeasible, apply_changes
+    from baige_plan.reports.replan_doc import load_old, new_plan_doc, report_doc
+    from baige_plan.search.replan import Infeasible
     from baige_plan.search.replan import replan as run
+    from baige_plan.search.replan_world import apply_changes
 
     prog = progress_line(f"replan: reading {plan}")     # on stderr after a second; never with --quiet
     try:
@@ -157,7 +158,7 @@ def _estimate(e, model, job) -> dict:
 def _tables(rep: dict) -> None:
     from rich.table import Table
 
-    from baige_plan.io.render_plans import print_tables
+    from baige_plan.present.render_plans import print_tables
 
     ch = rep["changes"]
     what = [f"lost {' '.join(ch['dropped_nodes'])}" if ch["dropped_nodes"] else "",

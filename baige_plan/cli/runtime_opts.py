@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from baige_plan import runtimes
 from baige_plan.cli.common import note
 from baige_plan.errors import SpecError
+from baige_plan.specs import runtimes
 from baige_plan.specs.job import JobSpec
 
 

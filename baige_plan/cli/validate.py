@@ -37,7 +37,7 @@ def _check_one(path: Path, cat: Catalog, step=None) -> str:
         load_profile(path)
         return "profile"
     if schema == "baige-plan/plan/v1":
-        from baige_plan.io.plan_check import validate_plan_file  # shared with `check` and `diff`
+        from baige_plan.reports.plan_check import validate_plan_file  # shared with `check` and `diff`
         validate_plan_file(path, doc, step)     # the document parsed above: a plan file is read once
         return "plan"
     if isinstance(doc, dict) and "rows" in doc:

@@ -110,12 +110,12 @@ def check_params(ctx) -> None:
 
 def plan_file(ctx, param, value):
     """Callback of a PLAN argument or option (explain, export, evaluate --plan): the file passes every check
-    `baige-plan validate` makes (io/plan_check.py, shared with check and diff), so every command judges a
+    `baige-plan validate` makes (reports/plan_check.py, shared with check and diff), so every command judges a
     plan file as validate does. InputError (file, field, reason) otherwise: one line, exit 2."""
     if value is None or ctx.resilient_parsing:
         return value
     from baige_plan.cli.common import progress_line
-    from baige_plan.io.plan_check import validate_plan_file
+    from baige_plan.reports.plan_check import validate_plan_file
 
     with progress_line(f"checking {value}") as prog:     # a plan of 16k devices takes seconds: on stderr after 1 s
         validate_plan_file(value, step=lambda text: prog.update(f"checking {text}"))

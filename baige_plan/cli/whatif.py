@@ -91,7 +91,7 @@ def whatif(
     if fmt is Fmt.table:
         title = (f"{m.name}: {tokens:,.0f} tokens, global batch {job.global_batch}, seq {job.seq_len}, "
                  f"{job.precision}; {what}")
-        from baige_plan.io.render import print_tables
+        from baige_plan.present.render import print_tables
         print_tables([_table(w, title, top)])
     else:
         from baige_plan.io.plans import dumps

@@ -2,7 +2,7 @@
 `step_time_band_s`).
 
 The band of an estimate is its step time times the 10th and 90th percentiles of measured / predicted
-step time over the validation corpus' leave-one-source-out residuals (io/loso.py) of the estimate's
+step time over the validation corpus' leave-one-source-out residuals (reports/loso.py) of the estimate's
 mechanism class (cost/classes.py primary_class): the out-of-sample error of estimates that lean on the
 same mechanisms. A class with fewer than `min_rows` residuals uses the corpus-wide quantiles ("all").
 The table is data (baige_plan/data/bands.yaml, written by `make corpus-tables`; io/bands.py loads it).

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from baige_plan import runtimes
 from baige_plan.cost import collectives as C
 from baige_plan.cost.compute import ChipRates, gemm_time_s, layer_memory_bytes
 from baige_plan.cost.cp import cp_attention
@@ -56,6 +55,7 @@ from baige_plan.cost.moe import (
     moe_layer_terms,
 )
 from baige_plan.cost.params import layer_params_split
+from baige_plan.specs import runtimes
 from baige_plan.specs.calibration import COMMITTED, Calibration
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
@@ -219,7 +219,7 @@ def _gemm_set(model: ModelSpec, s: StrategySpec, seq_len: int, moe_layer: bool) 
 def unfused_layer_bytes(model: ModelSpec, s: StrategySpec, seq: int, tokens: float, std: bool, act_bytes: int,
                         out_b: float, core_b: float, uf: UnfusedKernels, hbm_Bps: float) -> tuple[float, float, float]:
     """(attention-core forward bytes, forward s, backward s) of one layer's memory-bound work when the runtime
-    runs some of it unfused (specs/runtime.py UnfusedKernels, sourced in runtimes/megatron_local.py):
+    runs some of it unfused (specs/runtime.py UnfusedKernels, sourced in specs/runtimes/megatron_local.py):
       standard attention: the torch scale-mask-softmax's bytes per score element (b * heads/tp * s/cp * s
         scores, as compute.layer_memory_bytes) replace the fused kernel's 2 x act bytes forward, 4 x backward;
         a dropout's part (2 x act + 1 B per score) stays as costed there;
@@ -271,7 +271,7 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
     m_b = 2 * m_f
     uf = runtimes.get(s.runtime).unfused
     if uf != FUSED_KERNELS:
-        # work the runtime runs as separate torch ops (specs/runtime.py UnfusedKernels; runtimes/megatron_local.py)
+        # work the runtime runs as separate torch ops (specs/runtime.py UnfusedKernels; specs/runtimes/megatron_local.py)
         core_b, m_f, m_b = unfused_layer_bytes(model, s, seq, tokens, std, act_bytes, out_b, core_b, uf, r.hbm_Bps)
     if mt is not None:
         # routing + token permutation of the fused dispatcher (cost/moe.py); eager
@@ -373,13 +373,13 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
         cp_t += t_cp_f
         hw_flops += 4 * layer_hw
     elif s.recompute == "selective" and runtimes.get(s.runtime).memory.selective == "op_sac":
-        # torchtitan's op-level selective AC (derived from its source in runtimes/torchtitan.py
+        # torchtitan's op-level selective AC (derived from its source in specs/runtimes/torchtitan.py
         # op_sac_recomputed): the backward re-runs every op of the layer's forward whose output is not
         # saved -- every second weight GEMM, the router and routed-expert GEMMs, the memory-bound ops
         # (norms, activation, residual adds, RoPE, casts, permutations: m_f; eager: its measured recompute
         # traffic) and the TP all-gathers (all-reduces without SP) and CP K/V gathers. The attention core,
         # reduce-scatters and EP all-to-alls are saved, so they do not run again.
-        from baige_plan.runtimes.torchtitan import op_sac_recomputed
+        from baige_plan.specs.runtimes.torchtitan import op_sac_recomputed
         redo = op_sac_recomputed(lin, model.activation)
         rc = sum(gemm_time_s(g, r) * (load if g.name.startswith("expert_") else 1.0) for g in redo)
         rc = meas.recompute_s if timed else rc + (eager_rec if s.execution == "eager" else m_f)
@@ -392,7 +392,7 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
     elif s.recompute == "selective" and (std or r.chip.family in runtimes.get(s.runtime).selective_attention_recompute):
         # the checkpointed attention core runs again in the backward: standard attention (Korthikanti 2022
         # Sec. 5), or a fused kernel the runtime checkpoints on this chip family (specs/runtime.py
-        # selective_attention_recompute; runtimes/deepspeed.py: HabanaAI FusedSDPA), whose scores stay on chip
+        # selective_attention_recompute; specs/runtimes/deepspeed.py: HabanaAI FusedSDPA), whose scores stay on chip
         rc = meas.recompute_s if timed else (core_f if std else a_f)
         rec += rc
         comp += rc
@@ -599,7 +599,7 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
     rt_exec = runtimes.get(s.runtime)
     if rt_exec.grad_accum is not None:
         # gradient accumulation the runtime runs outside the weight-gradient GEMM, once per micro-batch over the
-        # parameters the stage holds (specs/runtime.py GradAccum; runtimes/deepspeed.py _grad_accum)
+        # parameters the stage holds (specs/runtime.py GradAccum; specs/runtimes/deepspeed.py _grad_accum)
         ga = rt_exec.grad_accum(job.precision, s.zero, s.pp)
         if ga.bytes_per_param:
             t_ga = ga.bytes_per_param * (dense_p + expert_p) / r.hbm_Bps * (1.0 if ga.first else (m - 1) / m)
@@ -621,7 +621,7 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
         bwd += pp_t / 2
         if rt_exec.pipe_partitioned and s.tp > 1 and not sp:
             # the receiver rebuilds the 1/tp it got (PartitionedTensor.full(): zeros, all-gather over TP,
-            # clone; runtimes/deepspeed.py): the input in the forward of a non-first stage, the output and its
+            # clone; specs/runtimes/deepspeed.py): the input in the forward of a non-first stage, the output and its
             # gradient in the backward of a non-last stage
             full = msg * s.tp
             rebuild = C.all_gather_s(full, tp_link) + 3 * full / r.hbm_Bps
@@ -632,7 +632,7 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
             pp_t += f_rb + b_rb
 
     # Memory: what the runtime allocates (specs/runtime.py MemorySemantics, declared with sources in
-    # runtimes/NAME.py; cost/memory.py; docs/COST_MODEL.md "Memory model"). ZeRO shards over the ranks
+    # specs/runtimes/NAME.py; cost/memory.py; docs/COST_MODEL.md "Memory model"). ZeRO shards over the ranks
     # holding the same weights: dp x cp (the distributed optimizer's intra_dp_cp group), experts over edp.
     rt = runtimes.get(s.runtime)
     mem = rt.memory
@@ -776,7 +776,7 @@ class DpTraffic:
 
 def dp_traffic(st: StageCost, group: GroupSpec, s: StrategySpec, job: JobSpec, m: int,
                calibration: Calibration | None = None, tail_s: float = 0.0) -> DpTraffic:
-    """DP/ZeRO traffic of one stage per step, with the runtime's schedule of it (runtimes/NAME.py):
+    """DP/ZeRO traffic of one stage per step, with the runtime's schedule of it (specs/runtimes/NAME.py):
     when gradients are reduced (once per step or per micro-batch), what they overlap, and when ZeRO's
     parameter all-gather runs. `tail_s`: DpTraffic.tail_s (pipelines: the later stages' lead)."""
     rt = runtimes.get(s.runtime)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
-from baige_plan import runtimes
 from baige_plan.cost import collectives as C
 from baige_plan.cost.compute import ChipRates
 from baige_plan.cost.estimate import (
@@ -35,6 +34,7 @@ from baige_plan.cost.estimate import (
     stage_cost,
 )
 from baige_plan.cost.flops import megatron_model_flops
+from baige_plan.specs import runtimes
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
 from baige_plan.specs.pipeline import PipelineShape, PipelinesSpec, StageSpec, check_pipelines
@@ -88,9 +88,12 @@ def estimate_pipelines(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: 
         strategies[id(sh)] = []
         for i, st in enumerate(sh.stages):
             g = cluster.group(st.group)
+            # the plan-wide knobs too: a shape's knobs fall back to them (PipelinesSpec.knob), and one search
+            # shares its cache across plans that differ only there (recompute selective vs full)
             nb = (sh.replicas, sh.knobs, st.tp, len(sh.stages), i, sh.stages[i - 1].group if i else None, st.group,
                   sh.stages[i + 1].group if i + 1 < len(sh.stages) else None,
-                  sh.stages[i - 1].tp if i else 0)
+                  sh.stages[i - 1].tp if i else 0,
+                  p.micro_batch, p.zero, p.recompute, p.sequence_parallel, p.attention, p.runtime)
             if cache is not None and ("ctx", nb) in cache:
                 s, links = cache[("ctx", nb)]
             else:
@@ -118,14 +121,16 @@ def estimate_pipelines(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: 
     for sh, costs, pipe in shapes:
         dp_exposed = 0.0
         vpp = p.knob(sh, "vpp")
-        for i, (st, c, s) in enumerate(zip(sh.stages, costs, strategies[id(sh)], strict=True)):
+        lead = 0      # Σ_{j<i} t_b,j, accumulated left to right as sum() adds (same floats, O(S) not O(S²))
+        for st, c, s in zip(sh.stages, costs, strategies[id(sh)], strict=True):
             g = cluster.group(st.group)
             # 1F1B cool-down, as the homogeneous estimate: the last micro-batch's backward runs on stage i, then on
             # i-1 ... 0, so stage i ends sum_{j<i} t_b,j before stage 0, which finishes
             # last; what stage i's reduction exposes past its own end hides under that lead (DpTraffic.tail_s).
             # Whether the reduction starts under the last backward (Megatron/FlagScale --overlap-grad-reduce) or
             # after it (DeepSpeed's pipeline engine) is the runtime's GradSync (dp_traffic).
-            tail = sum(o.bwd_s for o in costs[:i]) / vpp
+            tail = lead / vpp
+            lead += c.bwd_s
             dkey = ("dp", g.name, s, c, sh.micro_batches, tail)
             if cache is not None and dkey in cache:
                 traffic = cache[dkey]

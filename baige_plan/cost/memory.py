@@ -10,7 +10,7 @@ Pure fp32 / tf32 training (no 16-bit copy, `precision_state_bytes`): the fp32 we
 so w = 4, g = 4, K = 8 (Adam m and v): 16 bytes per parameter at ZeRO-0 instead of 18.
 
 Which copies exist, their dtypes and what shards them is the runtime's (specs/runtime.py MemorySemantics,
-declared in baige_plan/runtimes/NAME.py with sources): `state_bytes` below.
+declared in baige_plan/specs/runtimes/NAME.py with sources): `state_bytes` below.
 
 Activations (Korthikanti et al. 2022, arXiv:2205.05198, Sec. 4, Table 2), bytes per layer for
 s tokens, micro-batch b, hidden h, heads a, tensor-parallel t, with 16-bit activations:
@@ -33,36 +33,14 @@ NCCL_GROUP_GIB): `reserve_bytes` (what counts), `slack_bytes` (what the reserved
 from __future__ import annotations
 
 from baige_plan.specs.model import ModelSpec
+from baige_plan.specs.runtime import (  # measured allocator and context figures (specs/runtime.py)
+    CUDA_CONTEXT_GIB,
+)
 
 GIB = float(1 << 30)
 ADAM_K_BYTES = 12          # fp32 master weights (4) + Adam m (4) + v (4)
 ADAM_K_BYTES_FP32 = 8      # fp32/tf32 training: Adam m (4) + v (4); the fp32 weights are the master
 FP32_PRECISIONS = ("fp32", "tf32")
-# Measured (docs/COST_MODEL.md "Memory model"):
-# reserved / allocated - 1 at the peak (torch.cuda.max_memory_reserved / max_memory_allocated), medians over the 101
-# runs of benchmarks/real/runs_*.yaml (torch 2.11, H100 and H200): the 88 without full recompute 0.0435 (range
-# 0.013-0.345, p90 0.152); the 13 with every block checkpointed 0.149 (range 0.093-0.247): recomputing a layer in
-# the backward allocates its activations again between the gradients, in blocks of other sizes
-ALLOCATOR_SLACK = 0.0435
-ALLOCATOR_SLACK_FULL_RECOMPUTE = 0.149
-# the part of that slack a step cannot do without: every pattern of benchmarks/real/alloc_reclaim.py (a whole model,
-# pipeline rank 0 of 4 stages in 1F1B and interleaved (3 chunks) order; 15.5-28.2 GiB allocated) completed with its
-# reserved memory capped at 1.01 x its uncapped allocated peak (torch.cuda.set_per_process_memory_fraction;
-# the allocator freed cached segments and retried, num_alloc_retries up to 11), with and without
-# expandable_segments: benchmarks/real/alloc_reclaim_h100.yaml (H100, torch 2.11 cu130). An upper bound.
-ALLOCATOR_UNRECLAIMABLE = 0.01
-# Not applied: with full recompute the harness's shapes needed more (benchmarks/real/alloc_reclaim_h100_recompute.yaml:
-# out of memory capped at 1.04 and 1.08 x the allocated peak, complete at 1.16): a 1.54 GiB fp32-logits request found
-# no contiguous block in the segments recompute had split. That loss is of the order of the largest allocation, not a
-# fraction of allocated, and published full-recompute runs ran where 14.9 % would not fit (Narayanan 2021 ZeRO-3 529B
-# on 640 A100: 82.3 > 80 GiB): docs/COST_MODEL.md "Memory model", left out
-# device memory outside the allocator (benchmarks/real/memory_overhead.py -> memory_overhead_h200.yaml; H200,
-# torch 2.11 cu130, NCCL 2.28.9, NVLS off): CUDA context with cuBLAS/cuDNN handles and workspaces after a GEMM,
-# flash-SDPA and cross-entropy forward/backward; NCCL buffers of the first communicator after all-reduce,
-# reduce-scatter and all-gather; each further communicator (or the p2p connections) adds about the same again
-CUDA_CONTEXT_GIB = 0.743
-NCCL_FIRST_GIB = 0.822
-NCCL_GROUP_GIB = 0.475
 FRAMEWORK_RESERVE_GIB = CUDA_CONTEXT_GIB   # the least a process reserves outside its tensors (search bounds)
 
 

@@ -1,6 +1,6 @@
 """The step-time band table (baige_plan/data/bands.yaml): load it, write it, and the band of an estimate.
 
-The file is written by `make corpus-tables` (`baige-plan backtest --loso ... --bands FILE`, io/loso.py)
+The file is written by `make corpus-tables` (`baige-plan backtest --loso ... --bands FILE`, reports/loso.py)
 from the leave-one-source-out residuals of the corpus and ships inside the wheel:
 
     schema: baige-plan/bands/v1

@@ -7,47 +7,26 @@ from __future__ import annotations
 from typing import Any
 
 from baige_plan import __version__
-from baige_plan.cost.estimate import Estimate, engine_precision
+from baige_plan.cost.estimate import Estimate
 from baige_plan.io.bands import band_for
 from baige_plan.io.models import model_to_dict
-from baige_plan.io.plans import PLAN_SCHEMA, PLANS_SCHEMA, _sha, cluster_doc, job_doc
-from baige_plan.io.serialize import Flow, estimate_dict, rnd, strategy_dict
-from baige_plan.search.hetero import HeteroResult, heterogeneous_efficiency
+from baige_plan.io.plan_doc import (
+    PLAN_SCHEMA,
+    PLANS_SCHEMA,
+    _sha,
+    cluster_doc,
+    hetero_estimate_dict,
+    job_doc,
+    matmul_precisions,
+)
+from baige_plan.io.serialize import Flow, rnd, strategy_dict
+from baige_plan.search.hetero import HeteroResult
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
 from baige_plan.specs.pipeline import PipelinesSpec
 from baige_plan.specs.topology import ClusterSpec
 
 SOLVER = "OR-Tools CP-SAT over layer splits and batch shares per pipeline template + exact-model polish"
-
-
-def matmul_precisions(p: PipelinesSpec, cluster: ClusterSpec, job: JobSpec) -> dict[str, str]:
-    """The precision each used group runs the job's matrix products in (cost/estimate.py engine_precision):
-    e.g. an fp32 job on Megatron/FlagScale runs TF32 on A100 and IEEE fp32 on V100."""
-    return {g: engine_precision(cluster.group(g), job.precision, p.runtime) for g in sorted(p.devices_by_group())}
-
-
-def hetero_estimate_dict(e: Estimate, p: PipelinesSpec, standalone: dict[str, float],
-                         idle: tuple[tuple[str, int, str], ...] = (), band: tuple[float, float] | None = None,
-                         matmul: dict[str, str] | None = None) -> dict:
-    """The contract estimate plus, for plans on several groups, `heterogeneous_efficiency` (SPEC §4),
-    the per-group standalone throughputs it comes from, per-shape times and the bridge traffic. `band`: its
-    step_time_band_s (io/bands.py band_for, from the class of the plan's strategy summary). `matmul`: each
-    group's matmul precision (matmul_precisions)."""
-    d = estimate_dict(e, band)
-    if matmul:
-        d["matmul_precision"] = dict(matmul)
-    d["heterogeneous_efficiency"] = rnd(heterogeneous_efficiency(e.tokens_per_s, standalone))
-    d["standalone_tokens_per_s"] = {g: rnd(v) for g, v in sorted(standalone.items())}
-    d["devices_used"] = dict(sorted(p.devices_by_group().items()))
-    if idle:
-        d["idle_devices"] = [Flow(group=g, devices=n, why=why) for g, n, why in idle]
-    d["shapes"] = [{"replicas": r, "micro_batches": m, "pipeline_time_s": rnd(t),
-                    "stages": [Flow(layers=list(c.layers), time_per_micro_batch_s=rnd(c.time_s),
-                                    memory_gib=rnd(c.memory_gib)) for c in costs]}
-                   for r, m, costs, t in e.shapes]
-    d["bridge_traffic"] = [Flow(groups=[a, b], traffic=kind, seconds_per_step=rnd(t)) for a, b, kind, t in e.bridge_traffic]
-    return d
 
 
 def hetero_pipelines_doc(p: PipelinesSpec, e: Estimate) -> list[dict]:

@@ -18,7 +18,6 @@ model.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from pathlib import Path
@@ -26,60 +25,33 @@ from typing import Any
 
 import yaml
 
-from baige_plan import __version__, runtimes
+from baige_plan import __version__
 from baige_plan.cost.estimate import Estimate, estimate
 from baige_plan.errors import InputError, SpecError
 from baige_plan.io.bands import band_for
 from baige_plan.io.models import model_from_dict, model_to_dict
+from baige_plan.io.plan_doc import (
+    PLAN_SCHEMA,
+    PLANS_SCHEMA,
+    _sha,
+    cluster_doc,
+    hetero_estimate_dict,
+    job_doc,
+    matmul_precisions,
+)
 from baige_plan.io.serialize import Flow, estimate_dict, rnd, strategy_dict, to_yaml
-from baige_plan.io.topologies import SCHEMA as TOPOLOGY_SCHEMA
 from baige_plan.io.topologies import cluster_from_dict
 from baige_plan.io.yamlio import check_keys, expect_schema, kind_of, read_document
+from baige_plan.specs import runtimes
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
 from baige_plan.specs.strategy import StrategySpec, split_fields, stage_layers
 from baige_plan.specs.topology import ClusterSpec
 
-PLAN_SCHEMA = "baige-plan/plan/v1"
-PLANS_SCHEMA = "baige-plan/plans/v1"
 TOP_KEYS = ("schema", "tool", "inputs", "strategy", "pipelines", "estimate", "placement", "search")
 
 
 # -- building ---------------------------------------------------------------------------------
-def cluster_doc(cluster: ClusterSpec, chip_docs: dict[str, dict]) -> dict:
-    """The topology-file form with each group's chip document embedded in full."""
-    from baige_plan.io.topologies import link_curve_extras
-
-    curve_groups, curve_bridges, curve_sources = link_curve_extras(cluster)
-    groups = []
-    for g in cluster.groups:
-        d: dict[str, Any] = {"name": g.name, "chip": chip_docs[g.name], "nodes": g.nodes,
-                             "devices_per_node": g.devices_per_node}
-        if g.scaleup_GBps is not None:
-            d["scaleup_GBps"] = g.scaleup_GBps
-        if g.scaleout_Gbps is not None:
-            d["scaleout_Gbps"] = g.scaleout_Gbps
-        if g.nics_per_node is not None:   # NICs the node's devices share (cost/collectives.py _op_curves)
-            d["nics_per_node"] = g.nics_per_node
-        if g.fp32_matmul is not None:   # the group's fp32 matmul engine (issue 18, cost/estimate.py engine_precision)
-            d["fp32_matmul"] = g.fp32_matmul
-        if g.price_usd_per_device_hour is not None:   # the group's own price (issue 12, cost/money.py)
-            d["price_usd_per_device_hour"] = g.price_usd_per_device_hour
-        if g.profile is not None:   # measured per-layer profile, embedded so the plan re-evaluates as written
-            from baige_plan.io.profiles import profile_to_dict
-            d["profile"] = profile_to_dict(g.profile)
-        d.update(curve_groups.get(g.name, {}))   # measured link curves, so the plan re-evaluates as written
-        groups.append(d)
-    doc: dict[str, Any] = {"schema": TOPOLOGY_SCHEMA, "name": cluster.name, "groups": groups}
-    if cluster.bridges:
-        doc["bridges"] = [{"groups": list(b.groups), "kind": b.kind, "GBps_per_node": b.GBps_per_node,
-                           "latency_us": b.latency_us, **extra} for b, extra in zip(cluster.bridges, curve_bridges,
-                                                                                   strict=True)]
-    if curve_sources:
-        doc["sources"] = dict(sorted(curve_sources.items()))
-    return doc
-
-
 def chip_docs_from_catalog(cat, cluster: ClusterSpec) -> dict[str, dict]:
     """Re-read each group's chip file as the catalog resolved it (raw YAML, for embedding)."""
     out = {}
@@ -91,15 +63,6 @@ def chip_docs_from_catalog(cat, cluster: ClusterSpec) -> dict[str, dict]:
             raise InputError("CLUSTER", f"{g.name}.chip", f"cannot find the chip file of {ref!r} to embed in the plan")
         out[g.name] = read_document(path)
     return out
-
-
-def job_doc(job: JobSpec) -> dict:
-    return {"global_batch": job.global_batch, "seq_len": job.seq_len, "precision": job.precision}
-
-
-def _sha(doc: Any) -> str:
-    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def pipelines_doc(e: Estimate, group: str) -> list[dict]:
@@ -463,10 +426,8 @@ def evaluate_plan_file(path: str | Path) -> tuple[dict, bool]:
     doc = read_plan(path)
     e, model, cluster, job, pspec = estimate_plan_full(doc, str(path))
     if pspec is not None and (len(pspec.devices_by_group()) > 1 or cluster.is_heterogeneous):
-        from baige_plan.io.hetero_plans import hetero_estimate_dict
         from baige_plan.search.hetero import standalone_throughputs
         frac = float((doc.get("search") or {}).get("max_memory_frac", 1.0))
-        from baige_plan.io.hetero_plans import matmul_precisions
         return hetero_estimate_dict(e, pspec, standalone_throughputs(model, cluster, job, frac),
                                     band=band_for(e.step_time_s, model, job, e.strategy),
                                     matmul=matmul_precisions(pspec, cluster, job)), e.fits

@@ -42,11 +42,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from baige_plan import runtimes
 from baige_plan.cost.estimate import Estimate, estimate
 from baige_plan.cost.params import total_params
 from baige_plan.errors import InputError, SpecError
 from baige_plan.io.yamlio import check_keys, kind_of, read_document
+from baige_plan.specs import runtimes
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
 from baige_plan.specs.strategy import RECOMPUTE, StrategySpec, check_strategy

@@ -5,7 +5,7 @@ A row has model{layers, hidden, heads, kv_heads, ffn_hidden, vocab, seq_len, [ac
 head_dim, dropout, tie_embeddings, moe]}, hardware{gpu_model | chip, num_gpus, gpus_per_node,
 [inter_node_bw_per_gpu_gbps]}, parallel{tp, pp, dp, [cp, ep, vpp, micro_batch, zero |
 zero_or_sharding, sequence_parallel, recompute, precision, attention, global_batch_seqs, runtime (a
-runtimes/ name; inferred from `framework` when absent), execution, tp_comm_overlap]} and
+specs/runtimes/ name; inferred from `framework` when absent), execution, tp_comm_overlap]} and
 results{step_time_s | derived.step_time_s, [memory_gib | peak_memory_gib, peak_memory_kind allocated | reserved,
 reserved_memory_gib]}.
 """
@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from baige_plan import runtimes
 from baige_plan.errors import InputError, SpecError
 from baige_plan.io.catalog import Catalog
 from baige_plan.io.run_amends import apply_amendments
 from baige_plan.io.yamlio import check_keys, is_regular_file, kind_of, read_document
 from baige_plan.limits import MAX_DEVICES, MAX_RUN_ROWS
+from baige_plan.specs import runtimes
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec, MoESpec
 from baige_plan.specs.strategy import StrategySpec, check_strategy
@@ -253,7 +253,7 @@ def _execution(framework) -> str:
 
 
 def runtime_of(framework, sharding) -> str:
-    """The runtime (baige_plan/runtimes/) a measured run executed on, from its framework text."""
+    """The runtime (baige_plan/specs/runtimes/) a measured run executed on, from its framework text."""
     t = f"{framework or ''} {sharding or ''}".lower()
     if "deepspeed" in t:
         return "deepspeed"

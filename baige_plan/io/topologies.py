@@ -13,16 +13,16 @@ from baige_plan.io.chips import link_curves_from_doc, link_domains_from_doc
 from baige_plan.io.yamlio import check_keys, expect_schema, get_typed, kind_of, read_document
 from baige_plan.specs.chip import ChipSpec
 from baige_plan.specs.link import LinkCurves
-from baige_plan.specs.topology import BridgeSpec, ClusterSpec, GroupSpec
+from baige_plan.specs.topology import (
+    DEFAULT_BRIDGE_GBPS_PER_NODE,
+    DEFAULT_BRIDGE_LATENCY_US,
+    BridgeSpec,
+    ClusterSpec,
+    GroupSpec,
+)
 
 SCHEMA = "baige-plan/topology/v1"
 _SHORT = re.compile(r"^(?P<chip>[A-Za-z0-9_.\-/]+):(?P<nodes>\d+)x(?P<dpn>\d+)$")
-
-# Default bridge for shorthand clusters mixing families (an estimate, see
-# shared/reference/chips_reference_NOTES.md "Cross-vendor / CPU-forwarding bridge": about 12-19 GB/s
-# per accelerator for a host-staged RDMA bridge over 8x200G; we take the low end per node).
-DEFAULT_BRIDGE_GBPS_PER_NODE = 25.0
-DEFAULT_BRIDGE_LATENCY_US = 30.0
 
 ChipResolver = Callable[[str, str, str], ChipSpec]   # (ref, source file, field) -> chip
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from baige_plan import runtimes
 from baige_plan.cost import collectives as C
 from baige_plan.cost.compute import ChipRates
 from baige_plan.cost.estimate import (
@@ -45,6 +44,7 @@ from baige_plan.cost.memory import (
 )
 from baige_plan.cost.params import layer_params_split
 from baige_plan.search.space import COL
+from baige_plan.specs import runtimes
 from baige_plan.specs.calibration import COMMITTED
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec

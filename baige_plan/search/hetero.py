@@ -57,9 +57,7 @@ from dataclasses import dataclass, replace
 from itertools import product
 
 import numpy as np
-from ortools.sat.python import cp_model
 
-from baige_plan import runtimes
 from baige_plan.cost.estimate import Estimate, stage_cost
 from baige_plan.cost.hetero import _p2p_links, _stage_strategy
 from baige_plan.errors import SpecError
@@ -75,10 +73,11 @@ from baige_plan.search.hetero_templates import (
     standalone_best,
     templates,
 )
+from baige_plan.specs import runtimes
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
-from baige_plan.specs.pipeline import PipelineShape, PipelinesSpec, StageSpec
-from baige_plan.specs.strategy import StrategySpec
+from baige_plan.specs.pipeline import PipelineShape, PipelinesSpec, ShapeKnobs, StageSpec
+from baige_plan.specs.strategy import StrategySpec, stage_layers
 from baige_plan.specs.topology import ClusterSpec
 
 # names other modules (oracle, CLI, tests) import from here
@@ -116,12 +115,20 @@ def _affine(model, cluster, job, p_base: PipelinesSpec, shape_stages, j, i, m,
     by one search) memoises them by everything stage_cost reads: group, strategy, position, links."""
     sh = p_base.shapes[j]
     st = shape_stages[i]
+    # everything the strategy and the links below are read from (plan-wide knobs, the shape's replicas and
+    # knobs, this stage and its neighbours, the pipeline depth): a hit skips building them (pure, by value)
+    pre = ("affine-in", p_base.micro_batch, p_base.zero, p_base.recompute, p_base.sequence_parallel,
+           p_base.attention, p_base.runtime, sh.replicas, sh.knobs, len(shape_stages), i, m,
+           shape_stages[i - 1] if i > 0 else None, st, shape_stages[i + 1] if i + 1 < len(shape_stages) else None)
+    if cache is not None and pre in cache:
+        return cache[pre]
     g = cluster.group(st.group)
     shape = replace(sh, micro_batches=m, stages=tuple(shape_stages))
     s = _stage_strategy(p_base, shape, st)
     links = _p2p_links(cluster, shape, i)
     key = ("affine", g.name, s, i, m, links)
     if cache is not None and key in cache:
+        cache[pre] = cache[key]
         return cache[key]
     vals = []
     for n in (1, 2):
@@ -130,7 +137,7 @@ def _affine(model, cluster, job, p_base: PipelinesSpec, shape_stages, j, i, m,
     (t1, m1), (t2, m2) = vals
     out = (t2 - t1, t1 - (t2 - t1), m2 - m1, m1 - (m2 - m1))
     if cache is not None:
-        cache[key] = out
+        cache[key] = cache[pre] = out
     return out
 
 
@@ -236,6 +243,10 @@ def _solve_template_cp(model, cluster, job, t: Template, base: StrategySpec, mem
         per = model.layers / len(stages)
         speed.append(un / max(a * per + c for a, c, *_ in rows))
     centre = [B * sp_ / sum(speed) / un for sp_, un in zip(speed, units, strict=True)]
+    # imported here: only templates of several shapes need CP-SAT, and loading it (with pandas) costs
+    # ~0.3 s of start-up on every plan
+    from ortools.sat.python import cp_model
+
     mdl = cp_model.CpModel()
     T = mdl.NewIntVar(0, 10**13, "T")
     xs, choice = [], []
@@ -466,6 +477,24 @@ def _runtime_ok(cluster: ClusterSpec, model: ModelSpec, p: PipelinesSpec, refuse
     return why is None
 
 
+def _homogeneous_pipelines(model: ModelSpec, job: JobSpec, group: str, s: StrategySpec,
+                           runtime: str) -> PipelinesSpec | None:
+    """A homogeneous plan of one group as a one-shape PipelinesSpec with Megatron's own layer split
+    (specs/strategy.py stage_layers: first/last stage counts, interleaving kept); None when the batch does
+    not split into whole micro-batches per replica."""
+    if job.global_batch % (s.dp * s.micro_batch):
+        return None
+    counts = stage_layers(s, model.layers)
+    bounds = [0]
+    for c in counts:
+        bounds.append(bounds[-1] + c)
+    stages = tuple(StageSpec(group, (a, b), s.tp) for a, b in zip(bounds, bounds[1:], strict=False))
+    knobs = ShapeKnobs(cp=s.cp, ep=s.ep, etp=s.etp, vpp=s.vpp)
+    shape = PipelineShape(s.dp, job.global_batch // (s.dp * s.micro_batch), stages, knobs)
+    return PipelinesSpec((shape,), micro_batch=s.micro_batch, zero=s.zero, recompute=s.recompute,
+                         sequence_parallel=bool(s.sequence_parallel), attention=s.attention, runtime=runtime)
+
+
 def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySpec, *, memory_frac: float = 0.9,
           time_limit_s: float | None = None, per_group_top: int = 2, recompute_pinned: bool = False,
           lim: Limits | None = None, progress: Callable[[str, int, int], None] | None = None) -> HeteroResult:
@@ -529,6 +558,18 @@ def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySp
         if e is not None and _runtime_ok(cluster, model, p, refused):
             results.append((e.step_time_s, label, p, e, status, gap))
             best_exact = min(best_exact, e.step_time_s)
+    # each group's best homogeneous plans as they are (their own layer split): the solver re-decides a
+    # template's split, and a split Megatron's first/last stages cannot express needs the runtime's hetero
+    # mode, which may refuse what the plain plan runs (FlagScale: no cp there), so the best single-group plan
+    # would otherwise be lost
+    for g in cluster.groups:
+        for e0 in searched.get(g.name, []):
+            hp = _homogeneous_pipelines(model, job, g.name, e0.strategy, base.runtime)
+            e1 = None if hp is None else _exact(model, cluster, job, hp, memory_frac, cache)
+            if e1 is not None and _runtime_ok(cluster, model, hp, refused):
+                s0 = e0.strategy
+                results.append((e1.step_time_s, f"{s0.dp}x[{g.name} tp{s0.tp} pp{s0.pp} cp{s0.cp} vpp{s0.vpp}, its "
+                                f"best plan alone] recompute {s0.recompute}", hp, e1, "OPTIMAL", 0.0))
     # exact-model polish of the most promising solutions (moving layers / micro-batches)
     results.sort(key=lambda r: (r[0], r[1]))
     polished = []

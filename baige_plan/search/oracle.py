@@ -13,10 +13,10 @@ from __future__ import annotations
 import functools
 import itertools
 
-from baige_plan import runtimes
 from baige_plan.cost.estimate import Estimate, estimate
 from baige_plan.errors import SpecError
 from baige_plan.search.space import Bounds, Cand, Pins, from_strategy, split_family
+from baige_plan.specs import runtimes
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
 from baige_plan.specs.strategy import RECOMPUTE, StrategySpec, check_strategy, stage_layers

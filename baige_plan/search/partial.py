@@ -65,13 +65,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from baige_plan import runtimes
 from baige_plan.cost.compute import ChipRates
 from baige_plan.cost.estimate import engine_precision
 from baige_plan.cost.flops import megatron_model_flops
 from baige_plan.errors import InputError, SpecError
 from baige_plan.search.solver import SearchResult, search
 from baige_plan.search.space import Bounds, Pins, enumerate_space
+from baige_plan.specs import runtimes
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
 from baige_plan.specs.topology import ClusterSpec
@@ -133,12 +133,12 @@ def node_list(indices: Sequence[int]) -> str:
 
 def parse_exclude(values: Sequence[str] | None, cluster: ClusterSpec) -> dict[str, list[int]]:
     """`--exclude` values (repeatable, each comma- or space-separated) -> {group: sorted node indices}.
-    Node names are replan's (search/replan.py parse_nodes): GROUP:INDEX, GROUP:FIRST-LAST or GROUP.
+    Node names are replan's (search/replan_world.py parse_nodes): GROUP:INDEX, GROUP:FIRST-LAST or GROUP.
     InputError (exit 2) naming an unknown group or an index out of range."""
     specs = [s for v in values or [] for s in v.replace(",", " ").split()]
     if not specs:
         return {}
-    from baige_plan.search.replan import parse_nodes
+    from baige_plan.search.replan_world import parse_nodes
     out: dict[str, set[int]] = {}
     for spec in specs:
         for name in parse_nodes(spec, cluster, "--exclude"):

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from baige_plan import runtimes
 from baige_plan.errors import SpecError
 from baige_plan.limits import MAX_CANDIDATES, MAX_DEVICES
+from baige_plan.specs import runtimes
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
 from baige_plan.specs.strategy import ATTENTION, RECOMPUTE, StrategySpec, chunk_layers
@@ -46,7 +46,7 @@ class Bounds:
     max_cp: int | None = None         # default: no cap beyond divisibility
     max_micro_batch: int = 16
     max_memory_frac: float = 0.9
-    runtime: str = "megatron"         # baige_plan/runtimes/: the space keeps to what it runs
+    runtime: str = "megatron"         # baige_plan/specs/runtimes/: the space keeps to what it runs
 
     def __post_init__(self) -> None:
         for k in ("max_tp", "max_pp", "max_cp", "max_micro_batch"):

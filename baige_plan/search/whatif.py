@@ -237,10 +237,10 @@ def options_grid(pool: list[PoolEntry]) -> list[Option]:
 def solve_option(o: Option, cat, model: ModelSpec, job: JobSpec, *, tokens: float, memory_frac: float,
                  time_limit_s: float, attention: str = "flash") -> Option:
     """Plan one option with the existing searches and fill its time and money."""
-    from baige_plan import runtimes
     from baige_plan.search.hetero import solve
     from baige_plan.search.solver import search
     from baige_plan.search.space import Bounds, Pins
+    from baige_plan.specs import runtimes
     from baige_plan.specs.strategy import StrategySpec
 
     cl, _ = cat.cluster(o.mix)

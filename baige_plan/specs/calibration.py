@@ -1,7 +1,7 @@
 """The cost model's corpus-fitted constants, as one value: `Calibration`.
 
 Almost every number in the cost model is sourced or measured (docs/COST_MODEL.md). A few are fitted
-on published runs; they live here so that leave-one-source-out validation (io/loso.py, `baige-plan
+on published runs; they live here so that leave-one-source-out validation (reports/loso.py, `baige-plan
 backtest --loso`) can refit them without the source being scored, and so that the fit is stated in
 one place. `Calibration()` holds the committed values: `estimate(..., calibration=None)` uses them,
 bit-identically to the constants they replaced.
@@ -48,12 +48,12 @@ class Calibration:
     """
 
     # committed values: fitted on every source of the corpus (`make corpus-tables`: benchmarks/corpus/LOSO.md
-    # "fitted on all sources"; io/loso.py fits from the middle of each range, so this is a fixed point: refitting
+    # "fitted on all sources"; reports/loso.py fits from the middle of each range, so this is a fixed point: refitting
     # with these committed gives them back); leave-one-source-out refits each without the source it scores.
     # gemm_scale fell from 1.02 to 0.964 when the Narayanan 2021 Table 1 rows got the micro-batch sizes and
     # model-chunk counts of the authors' own scripts (tests/data/published_calibration.amend.yaml): with
     # micro-batch 1 and no interleaving assumed they had been slower by about the same 6%. gaudi 1.0 once the
-    # DeepSpeed/Gaudi execution terms (runtimes/deepspeed.py) are costed (was 0.982), 0.991 once the MLPerf v3.1
+    # DeepSpeed/Gaudi execution terms (specs/runtimes/deepspeed.py) are costed (was 0.982), 0.991 once the MLPerf v3.1
     # rows state their delayed-scaling fp8 recipe. zero3_overlap (DeepSpeed) is the one committed value that is
     # not the all-source fit: its only runs are the six Narayanan 2021 Table 2 ZeRO-3 rows, whose median
     # objective takes 0.826 and leaves the two compute-bound rows (384 and 640 GPUs, where the overlap matters

@@ -57,7 +57,7 @@ class PipelinesSpec:
     recompute: str = "selective"
     sequence_parallel: bool = True
     attention: str = "flash"
-    runtime: str = "flagscale"    # baige_plan/runtimes/: heterogeneous pipelines run on FlagScale
+    runtime: str = "flagscale"    # baige_plan/specs/runtimes/: heterogeneous pipelines run on FlagScale
 
     def knob(self, sh: PipelineShape, name: str):
         v = getattr(sh.knobs, name)

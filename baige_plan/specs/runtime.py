@@ -1,7 +1,7 @@
 """What a training runtime (framework) can run and how it executes it: the data every layer reads.
 
-A `RuntimeSpec` is declared once, in the runtime's own module (`baige_plan/runtimes/NAME.py`), next to
-its export and its pinned version. The search keeps to `RuntimeSpec.refusal(...) is None`; the cost
+A `RuntimeSpec` is declared once, in the runtime's own module (`baige_plan/specs/runtimes/NAME.py`), with
+its pinned version; its export is baige_plan/exports/NAME.py. The search keeps to `RuntimeSpec.refusal(...) is None`; the cost
 model reads `grad_sync(zero, pp)` (when and how data-parallel traffic runs) and the execution
 defaults. No I/O here.
 
@@ -32,6 +32,33 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from baige_plan.errors import require
+
+# Device memory figures every PyTorch-based runtime shares (MemorySemantics; cost/memory.py reads them).
+# Measured (docs/COST_MODEL.md "Memory model"):
+# reserved / allocated - 1 at the peak (torch.cuda.max_memory_reserved / max_memory_allocated), medians over the 101
+# runs of benchmarks/real/runs_*.yaml (torch 2.11, H100 and H200): the 88 without full recompute 0.0435 (range
+# 0.013-0.345, p90 0.152); the 13 with every block checkpointed 0.149 (range 0.093-0.247): recomputing a layer in
+# the backward allocates its activations again between the gradients, in blocks of other sizes
+ALLOCATOR_SLACK = 0.0435
+ALLOCATOR_SLACK_FULL_RECOMPUTE = 0.149
+# the part of that slack a step cannot do without: every pattern of benchmarks/real/alloc_reclaim.py (a whole model,
+# pipeline rank 0 of 4 stages in 1F1B and interleaved (3 chunks) order; 15.5-28.2 GiB allocated) completed with its
+# reserved memory capped at 1.01 x its uncapped allocated peak (torch.cuda.set_per_process_memory_fraction;
+# the allocator freed cached segments and retried, num_alloc_retries up to 11), with and without
+# expandable_segments: benchmarks/real/alloc_reclaim_h100.yaml (H100, torch 2.11 cu130). An upper bound.
+ALLOCATOR_UNRECLAIMABLE = 0.01
+# Not applied: with full recompute the harness's shapes needed more (benchmarks/real/alloc_reclaim_h100_recompute.yaml:
+# out of memory capped at 1.04 and 1.08 x the allocated peak, complete at 1.16): a 1.54 GiB fp32-logits request found
+# no contiguous block in the segments recompute had split. That loss is of the order of the largest allocation, not a
+# fraction of allocated, and published full-recompute runs ran where 14.9 % would not fit (Narayanan 2021 ZeRO-3 529B
+# on 640 A100: 82.3 > 80 GiB): docs/COST_MODEL.md "Memory model", left out
+# device memory outside the allocator (benchmarks/real/memory_overhead.py -> memory_overhead_h200.yaml; H200,
+# torch 2.11 cu130, NCCL 2.28.9, NVLS off): CUDA context with cuBLAS/cuDNN handles and workspaces after a GEMM,
+# flash-SDPA and cross-entropy forward/backward; NCCL buffers of the first communicator after all-reduce,
+# reduce-scatter and all-gather; each further communicator (or the p2p connections) adds about the same again
+CUDA_CONTEXT_GIB = 0.743
+NCCL_FIRST_GIB = 0.822
+NCCL_GROUP_GIB = 0.475
 
 GRADS = ("step", "micro_batch")
 OVERLAP = ("backward", "none")
@@ -71,7 +98,7 @@ NO_GRAD_ACCUM = GradAccum()
 @dataclass(frozen=True)
 class UnfusedKernels:
     """Memory-bound work a runtime runs as separate PyTorch kernels where the default Megatron stack fuses it
-    (Transformer Engine / apex absent: runtimes/megatron_local.py). HBM bytes the cost model adds
+    (Transformer Engine / apex absent: specs/runtimes/megatron_local.py). HBM bytes the cost model adds
     (cost/estimate.py stage_cost, _layer_terms); all zero (the default) = the fused kernels of the base costing.
       rope_fwd_bytes / rope_bwd_bytes: per element of the rotated queries and keys, forward / backward, of
                  rotary embedding applied by eager ops (Megatron --no-rope-fusion), in full (the base costing

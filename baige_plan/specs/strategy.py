@@ -60,12 +60,12 @@ class StrategySpec:
     tp_comm_overlap: bool = False           # Transformer Engine userbuffers: TP collectives overlap the GEMMs
     zero3_impl: str = "fsdp"                # ZeRO-3 collectives: fsdp (one per layer, NCCL hierarchical rings)
                                             # | deepspeed (one per weight, flat over the DP world; Narayanan 2021)
-    runtime: str = "megatron"               # baige_plan/runtimes/: whose execution semantics the cost follows
+    runtime: str = "megatron"               # baige_plan/specs/runtimes/: whose execution semantics the cost follows
     attention_kernel: str = ""              # fused-attention kernel (fa2 | cudnn | fa3); "": the runtime's
     fp8_recipe: str = ""                    # fp8 scaling (delayed | current | mxfp8); "": the chip's (cost/fp8.py)
     balanced_partition: bool = False        # layers % pp != 0 without first/last counts: the first layers % pp
                                             # stages take one layer more (DeepSpeed PipelineModule's
-                                            # partition_method 'type:transformer'; runtimes/deepspeed.py)
+                                            # partition_method 'type:transformer'; specs/runtimes/deepspeed.py)
     moe_token_drop: bool = False            # MoE experts padded to a static capacity (Megatron
                                             # --moe-pad-expert-input-to-capacity): no host sync per MoE layer
     cuda_graph_scope: str = ""              # CUDA-graphed parts (comma list of attn, moe_router, moe_preprocess,

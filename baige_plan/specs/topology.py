@@ -12,6 +12,12 @@ from baige_plan.specs.profile import ProfileSpec
 
 BRIDGE_KINDS = ("cpu-forwarding", "rdma")
 
+# Default bridge for shorthand clusters mixing families (an estimate, see
+# shared/reference/chips_reference_NOTES.md "Cross-vendor / CPU-forwarding bridge": about 12-19 GB/s
+# per accelerator for a host-staged RDMA bridge over 8x200G; we take the low end per node).
+DEFAULT_BRIDGE_GBPS_PER_NODE = 25.0
+DEFAULT_BRIDGE_LATENCY_US = 30.0
+
 
 @dataclass(frozen=True)
 class GroupSpec:

@@ -1,7 +1,7 @@
 """Device time of Megatron-core's unfused local attention core (megatron/core/transformer/dot_product_attention.py
 DotProductAttention.forward with core/fusions/fused_softmax.py forward_torch_softmax, 16-bit softmax: the
 --transformer-impl local path without the compiled softmax kernel) against torch SDPA, forward and forward +
-backward, piece by piece, on one GPU (torch only). What runtimes/megatron_local.py costs its standard attention from.
+backward, piece by piece, on one GPU (torch only). What specs/runtimes/megatron_local.py costs its standard attention from.
 
   python benchmarks/real/local_attention_pieces.py --out FILE.json [--b 4 --heads 32 --seq 4096 --head-dim 64]"""
 

@@ -49,7 +49,7 @@ class _Stop(Exception):
     pass
 
 
-PYPI = "flag-scale==0.8.0"   # baige_plan/runtimes/flagscale.py PYPI
+PYPI = "flag-scale==0.8.0"   # baige_plan/exports/flagscale.py PYPI
 
 
 def _root() -> Path:

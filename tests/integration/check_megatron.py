@@ -202,7 +202,7 @@ def check_dir(meg: Megatron, d: Path) -> list[str]:
     launch_env = launch.changed
     trun, margs = split_torchrun(launch.argv)
     txt = arg_lines((d / "megatron_args.txt").read_text())
-    # launch.sh appends the data arguments to megatron_args.txt's (runtimes/megatron.py _launch_sh)
+    # launch.sh appends the data arguments to megatron_args.txt's (exports/megatron.py _launch_sh)
     data = ["--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", str(model["vocab"]), "--train-iters", "100"]
     if margs != txt + data:
         want = txt + data
@@ -294,7 +294,7 @@ def check_dir(meg: Megatron, d: Path) -> list[str]:
     eq("fp16", bool(args.fp16), prec == "fp16")
     eq("fp8", args.fp8 is not None, prec == "fp8")
     eq("use_distributed_optimizer", bool(args.use_distributed_optimizer), zero >= 1)
-    # ZeRO-3 is Megatron-FSDP full sharding (runtimes/megatron.py), which overlaps its gathers and
+    # ZeRO-3 is Megatron-FSDP full sharding (specs/runtimes/megatron.py), which overlaps its gathers and
     # reduce-scatters itself (megatron_fsdp.py); ZeRO-2 is not planned and is exported as ZeRO-1
     eq("use_megatron_fsdp", bool(args.use_megatron_fsdp), zero >= 3)
     if zero >= 3:

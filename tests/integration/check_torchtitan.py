@@ -180,7 +180,7 @@ DIFFERENCE = re.compile(r"^# cannot express: model difference: (\w+): planned (\
 
 
 def differences(args_text: str) -> dict[str, str]:
-    """The export's machine-checkable model differences (runtimes/torchtitan.py Difference.text): field -> built."""
+    """The export's machine-checkable model differences (exports/torchtitan.py Difference.text): field -> built."""
     return {m.group(1): m.group(3) for m in map(DIFFERENCE.match, args_text.splitlines()) if m}
 
 

@@ -112,7 +112,7 @@ def arg_lines(args: list[tuple[str, object]]) -> list[str]:
 
 
 # -- launch artifacts shared by every runtime's export (issue 17: exports as launch artifacts) ---------------
-EXPORT_KEY = "_export"    # io/exports.py puts the export options into the plan document under this key
+EXPORT_KEY = "_export"    # exports/files.py puts the export options into the plan document under this key
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,8 @@ from baige_plan.cost.estimate import Estimate, estimate
 from baige_plan.errors import InputError, SpecError
 from baige_plan.io.serialize import Flow, rnd, strategy_dict
 from baige_plan.search.placement import Slot
-from baige_plan.search.replan import change_pct, node_range, nodes_text
+from baige_plan.search.replan import change_pct
+from baige_plan.search.replan_placement import node_range, nodes_text
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
 from baige_plan.specs.pipeline import PipelinesSpec
@@ -45,8 +46,8 @@ class OldPlan:
 
 def load_old(path: str | Path, cat=None) -> OldPlan:
     """The plan file as `validate` checks it, re-estimated as written, with its placement."""
-    from baige_plan.io.plan_check import validate_plan_file
     from baige_plan.io.plans import plan_inputs, plan_strategy, used_part
+    from baige_plan.reports.plan_check import validate_plan_file
 
     src = str(path)
     doc, _ = validate_plan_file(path)
@@ -109,7 +110,7 @@ def _slots(rows: list, src: str, cluster: ClusterSpec, s: StrategySpec | None, p
 
 
 def new_plan_doc(model: ModelSpec, job: JobSpec, c, res, chip_docs: dict[str, dict], frac: float) -> dict:
-    """The plan file of candidate `c` (search/replan.py Candidate) as `plan --out` writes it."""
+    """The plan file of candidate `c` (search/replan_candidates.py Candidate) as `plan --out` writes it."""
     from baige_plan.io.plans import plan_doc
     if c.strategy is not None:
         r = c.result

@@ -1,6 +1,6 @@
 """What torchtitan 0.3.0's llama3 and qwen3 families build of the model's build fields (specs/model.py), and
 where that differs from what the plan's model records (issue 17). torchtitan builds only its registry's
-blocks: a recorded field it builds otherwise is reported as a model difference (runtimes/torchtitan.py
+blocks: a recorded field it builds otherwise is reported as a model difference (exports/torchtitan.py
 Difference: stderr and a comment line), never changed silently. Pure: no I/O.
 
 Read in the torchtitan 0.3.0 wheel (tests/integration/requirements-torchtitan.txt):

@@ -18,8 +18,8 @@ def _console(stderr: bool = False) -> Console:
 
 
 def print_tables(tables: list) -> None:
-    """Tables on stdout, no cell cut at any width (io/render.py print_tables)."""
-    from baige_plan.io.render import print_tables as show
+    """Tables on stdout, no cell cut at any width (present/render.py print_tables)."""
+    from baige_plan.present.render import print_tables as show
 
     show(tables)
 
@@ -158,7 +158,7 @@ def explain_tables(plan: dict, stages: list[dict], title: str) -> list[Table]:
         n = x["layers"][1] - x["layers"][0]
         chunks = x.get("chunks") or ()
         if len(chunks) > 1:   # interleaved: the stage's layers per model chunk (specs/strategy.py chunk_layers)
-            from baige_plan.io.render import chunk_text
+            from baige_plan.present.render import chunk_text
             count = f"{n}: {chunk_text(chunks)}"
         else:
             count = str(n)

@@ -154,7 +154,7 @@ def as_config(args: list[tuple[str, object]]) -> dict:
     return {k[2:].replace("-", "_"): (True if v is None else v) for k, v in args}
 
 
-# Megatron-DeepSpeed at the pinned commit (runtimes/deepspeed.py MEGATRON_DEEPSPEED_COMMIT), megatron/arguments.py:
+# Megatron-DeepSpeed at the pinned commit (exports/deepspeed.py MEGATRON_DEEPSPEED_COMMIT), megatron/arguments.py:
 # --normalization {layernorm, rmsnorm}, --layernorm-epsilon, --use-rotary-position-embeddings with
 # --rotary-position-embeddings-theta (type int, dest rope_theta), --no-position-embedding, --disable-bias-linear
 # (one switch for every linear); no rope scaling, qk-norm, ALiBi, QKV-only bias or router flags.

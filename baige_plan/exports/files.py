@@ -1,17 +1,17 @@
 """Plan -> launch files for a runtime. Each runtime's exporter lives in its own module
-(baige_plan/runtimes/NAME.py, next to its space and pinned version); this module dispatches, adds the
-plain hostfile target, and writes the files atomically.
+(baige_plan/exports/NAME.py; its space and pinned version are in baige_plan/specs/runtimes/NAME.py); this
+module dispatches, adds the plain hostfile target, and writes the files atomically.
 """
 
 from __future__ import annotations
 
 import re
+from importlib import import_module
 from pathlib import Path
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
 
-from baige_plan import runtimes
 from baige_plan.errors import InputError, SpecError
-from baige_plan.runtimes._common import (
+from baige_plan.exports._common import (
     EXPORT_KEY,
     Export,
     ExportOptions,
@@ -19,8 +19,15 @@ from baige_plan.runtimes._common import (
     plan_info,
     plan_nodes,
 )
+from baige_plan.specs import runtimes
 
 TARGETS = runtimes.NAMES + ("hostfile",)
+
+
+def exporter(name: str) -> ModuleType:
+    """The runtime's export module (baige_plan/exports/NAME.py); `runtimes.module` checks the name."""
+    runtimes.module(name)
+    return import_module(f"baige_plan.exports.{name.replace('-', '_')}")   # megatron-local: megatron_local.py
 
 
 def hostfile(doc: dict) -> Export:
@@ -118,8 +125,7 @@ def _runtime_version(target: str, version: str | None) -> str | None:
         if version is not None:
             raise InputError("--runtime-version", "", "the hostfile target has no runtime version")
         return None
-    mod = runtimes.module(target)
-    known = tuple(getattr(mod, "EXPORT_VERSIONS", (mod.RUNTIME.version,)))
+    known = tuple(getattr(exporter(target), "EXPORT_VERSIONS", (runtimes.get(target).version,)))
     for v in known:
         if version == v or v.startswith(version.rstrip(".") + "."):
             return v
@@ -142,7 +148,7 @@ def export_plan(doc: dict, target: str, *, hosts: tuple[tuple[str, int | None], 
         refused = refusal(doc, target)
         if refused:
             raise InputError(src, refused[0], f"{target} refuses this plan: {refused[1]}")
-        return runtimes.module(target).export(doc)
+        return exporter(target).export(doc)
     except SpecError as e:
         raise InputError(src, e.field, e.reason) from None
     except (KeyError, TypeError, IndexError) as e:

@@ -9,16 +9,17 @@ backtest uses it so that our runs are costed as they were executed.
 
 from __future__ import annotations
 
-from baige_plan.cost.memory import (
+from baige_plan.specs.runtime import (
     ALLOCATOR_SLACK,
     ALLOCATOR_SLACK_FULL_RECOMPUTE,
     ALLOCATOR_UNRECLAIMABLE,
     CUDA_CONTEXT_GIB,
     NCCL_FIRST_GIB,
     NCCL_GROUP_GIB,
+    GradSync,
+    MemorySemantics,
+    RuntimeSpec,
 )
-from baige_plan.runtimes._common import Export
-from baige_plan.specs.runtime import GradSync, MemorySemantics, RuntimeSpec
 
 # What the harness allocates (benchmarks/real/harness.py; cost/memory.py state_bytes): fp32 parameters, grads and
 # AdamW states; bf16 autocast keeps each weight's cast for its backward (DDP, TP, PP); FSDP2 fully_shard with
@@ -58,8 +59,3 @@ RUNTIME = RuntimeSpec(
     grad_sync=lambda zero, pp: GradSync(grads="step", overlap="backward", params="none"),
     memory=MEMORY,
 )
-
-
-def export(doc: dict) -> Export:
-    from baige_plan.errors import SpecError
-    raise SpecError("--to", "pytorch is the benchmark harness's runtime; it has no launch export")

@@ -43,17 +43,17 @@ from pathlib import Path
 
 import numpy as np
 
-from baige_plan import runtimes
 from baige_plan.cost.bands import ALL, MIN_ROWS
 from baige_plan.cost.classes import CLASSES, mechanism_classes, primary_class
 from baige_plan.cost.estimate import estimate
 from baige_plan.errors import InputError, SpecError
-from baige_plan.io.backtest import _pct, backtest_case
 from baige_plan.io.bands import bands_doc
 from baige_plan.io.catalog import Catalog
 from baige_plan.io.runs import RunCase, load_runs
 from baige_plan.io.serialize import rnd
 from baige_plan.io.yamlio import kind_of, read_document
+from baige_plan.reports.backtest import _pct, backtest_case
+from baige_plan.specs import runtimes
 from baige_plan.specs.calibration import COMMITTED, FITTED, Calibration, Fitted
 
 LOSO_SCHEMA = "baige-plan/loso/v1"
@@ -82,7 +82,7 @@ class RowEval:
     of the constants that apply to it (axes in FITTED order)."""
 
     row: CorpusRow
-    bt: dict | None               # io/backtest.py backtest_case row (None: refused)
+    bt: dict | None               # reports/backtest.py backtest_case row (None: refused)
     reason: str | None            # why the step time is not evaluated (None: evaluated)
     axes: tuple[str, ...] = ()
     grid: np.ndarray | None = None

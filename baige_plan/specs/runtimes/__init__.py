@@ -1,8 +1,10 @@
-"""The runtimes a plan can target, one module each (its space, execution semantics, export and pinned
-version). Adding a runtime is adding a module here and a line in `_MODULES`.
+"""The runtimes a plan can target, one module each: its execution semantics as data (RuntimeSpec: its
+space, refusal rules, how it executes and allocates, pinned version), which the cost model and the search
+read. Each runtime's export and launch code is in baige_plan/exports/NAME.py, above the search. Adding a
+runtime is adding a module here (and its exporter there) and a line in `NAMES`.
 
-DEFAULT is Megatron-LM/Megatron-core (see runtimes/megatron.py for why); plans on clusters of several
-chip groups default to FlagScale, the heterogeneous runtime (runtimes/flagscale.py).
+DEFAULT is Megatron-LM/Megatron-core (see specs/runtimes/megatron.py for why); plans on clusters of several
+chip groups default to FlagScale, the heterogeneous runtime (specs/runtimes/flagscale.py).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from types import ModuleType
 from baige_plan.errors import SpecError
 from baige_plan.specs.runtime import RuntimeSpec
 
-# what `plan` offers; "megatron-local": Megatron-core without Transformer Engine (runtimes/megatron_local.py)
+# what `plan` offers; "megatron-local": Megatron-core without Transformer Engine (specs/runtimes/megatron_local.py)
 NAMES = ("megatron", "deepspeed", "torchtitan", "paddle", "flagscale", "megatron-local")
 BACKTEST_ONLY = ("pytorch",)   # benchmarks/real/harness.py loops: costs our measured runs, never planned
 DEFAULT = "megatron"
@@ -23,7 +25,7 @@ DEFAULT_HETEROGENEOUS = "flagscale"
 def module(name: str) -> ModuleType:
     if name not in NAMES + BACKTEST_ONLY:
         raise SpecError("runtime", f"unknown runtime {name!r} (one of {', '.join(NAMES)})")
-    return import_module(f"baige_plan.runtimes.{name.replace('-', '_')}")   # megatron-local: megatron_local.py
+    return import_module(f"baige_plan.specs.runtimes.{name.replace('-', '_')}")   # megatron-local: megatron_local.py
 
 
 def get(name: str) -> RuntimeSpec:

@@ -195,7 +195,7 @@ def plan_shapes(doc: dict, e, cluster) -> list[Shape]:
 
 # -- formatting --------------------------------------------------------------------------------
 def fmt_s(x: float) -> str:
-    """Seconds as `explain` prints them (io/render_plans.py)."""
+    """Seconds as `explain` prints them (present/render_plans.py)."""
     return f"{x:.4g} s" if x >= 0.01 or x == 0 else f"{x * 1e3:.3g} ms"
 
 
