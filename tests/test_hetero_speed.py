@@ -105,3 +105,21 @@ def test_shared_cache_does_not_mix_plan_wide_knobs():
     full_fresh = estimate_pipelines(m, cl, job, q, 0.9).step_time_s
     assert full_shared == full_fresh
     assert full_fresh > sel      # full recompute re-runs the whole forward
+
+
+def test_estimate_summary_states_the_shape_knobs():
+    """The plan's strategy summary (and every runner-up's in the plan file) states the knobs the pipeline runs:
+    a shape's own micro-batch and cp over the plan-wide defaults (it used to print micro_batch 1, cp 1)."""
+    from baige_plan.cost.hetero import estimate_pipelines
+    from baige_plan.io.catalog import Catalog
+    from baige_plan.specs.job import JobSpec
+    from baige_plan.specs.pipeline import PipelineShape, PipelinesSpec, ShapeKnobs, StageSpec
+
+    cat = Catalog.create()
+    cl, _ = cat.cluster("topologies/cloud-a100-v100-512.yaml")
+    m, job = cat.model("opt-350m"), JobSpec(1024, 2048, "fp32")
+    st = (StageSpec("v100", (0, 12), 4), StageSpec("a100", (12, 24), 4))
+    p = PipelinesSpec((PipelineShape(32, 16, st, ShapeKnobs(micro_batch=2)),), micro_batch=1, recompute="full",
+                      sequence_parallel=False, runtime="flagscale")
+    s = estimate_pipelines(m, cl, job, p, 0.9).strategy
+    assert (s.micro_batch, s.cp, s.pp, s.dp, s.tp, s.recompute) == (2, 1, 2, 32, 4, "full")

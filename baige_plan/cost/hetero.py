@@ -205,9 +205,13 @@ def estimate_pipelines(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: 
     memory = {"weights": mstage.weights_gib, "grads": mstage.grads_gib, "optimizer": mstage.optimizer_gib,
               "activations": mstage.activations_gib, "other": mstage.other_gib}
     first = p.shapes[0]
+    # the first shape's knobs as it runs them (a shape's own cp/vpp/micro-batch over the plan-wide values)
+    k = p.knob
     summary = StrategySpec(tp=max(st.tp for st in first.stages), pp=len(first.stages),
-                           dp=sum(s_.replicas for s_ in p.shapes), micro_batch=p.micro_batch, zero=p.zero,
-                           recompute=p.recompute, sequence_parallel=p.sequence_parallel and
+                           dp=sum(s_.replicas for s_ in p.shapes), cp=k(first, "cp"), ep=k(first, "ep"),
+                           etp=k(first, "etp"), vpp=k(first, "vpp"), micro_batch=k(first, "micro_batch"),
+                           zero=k(first, "zero"), recompute=k(first, "recompute"),
+                           sequence_parallel=bool(k(first, "sequence_parallel")) and
                            any(st.tp > 1 for st in first.stages), attention=p.attention, **runtimes.knobs(p.runtime))
     return Estimate(strategy=summary, global_batch=job.global_batch, fits=fits, step_time_s=step,
                     tokens_per_s=tokens / step, tokens_per_s_per_device=tokens / step / devices,
