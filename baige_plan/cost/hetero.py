@@ -20,6 +20,7 @@ that idle time is the straggler cost of an uneven batch split.
 from __future__ import annotations
 
 from bisect import bisect_right
+from dataclasses import replace
 
 from baige_plan.cost import collectives as C
 from baige_plan.cost.compute import ChipRates
@@ -205,14 +206,9 @@ def estimate_pipelines(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: 
     memory = {"weights": mstage.weights_gib, "grads": mstage.grads_gib, "optimizer": mstage.optimizer_gib,
               "activations": mstage.activations_gib, "other": mstage.other_gib}
     first = p.shapes[0]
-    # the first shape's knobs as it runs them (a shape's own cp/vpp/micro-batch over the plan-wide values)
-    k = p.knob
-    summary = StrategySpec(tp=max(st.tp for st in first.stages), pp=len(first.stages),
-                           dp=sum(s_.replicas for s_ in p.shapes), cp=k(first, "cp"), ep=k(first, "ep"),
-                           etp=k(first, "etp"), vpp=k(first, "vpp"), micro_batch=k(first, "micro_batch"),
-                           zero=k(first, "zero"), recompute=k(first, "recompute"),
-                           sequence_parallel=bool(k(first, "sequence_parallel")) and
-                           any(st.tp > 1 for st in first.stages), attention=p.attention, **runtimes.knobs(p.runtime))
+    # the first shape's widest stage as it runs (its own knobs over the plan-wide values), over every replica
+    summary = replace(_stage_strategy(p, first, max(first.stages, key=lambda st: st.tp)),
+                      dp=sum(s_.replicas for s_ in p.shapes))
     return Estimate(strategy=summary, global_batch=job.global_batch, fits=fits, step_time_s=step,
                     tokens_per_s=tokens / step, tokens_per_s_per_device=tokens / step / devices,
                     model_tflops_per_device=mflops / step / devices / 1e12, mfu=mflops / (step * peak_sum),

@@ -71,6 +71,15 @@ def rope_args(model: dict, runtime: str) -> tuple[list[tuple[str, object]], list
     return a, caveats
 
 
+def biases(model: dict) -> tuple[bool, bool]:
+    """(linear biases, QKV bias) the plan's model has: a recorded field, else GPT-style biases for non-swiglu
+    models and none for swiglu ones (the catalog's convention); the QKV bias follows the linear ones unless set."""
+    lin = model.get("linear_bias")
+    lin = model.get("activation", "swiglu") != "swiglu" if lin is None else lin
+    qkv = model.get("qkv_bias")
+    return lin, lin if qkv is None else qkv
+
+
 def megatron_model_args(model: dict, runtime: str = "Megatron") -> tuple[list[tuple[str, object]], list[str], str]:
     """(flag, value) pairs from --swiglu through the bias flags, the caveats, and the comment line. A model
     that records no build field gets exactly the style-based arguments and note of before (plan files and
@@ -103,10 +112,7 @@ def megatron_model_args(model: dict, runtime: str = "Megatron") -> tuple[list[tu
         caveats += c
     if model.get("qk_norm"):
         a.append(("--qk-layernorm", None))
-    lin = model.get("linear_bias")
-    lin = (not swiglu) if lin is None else lin
-    qkv = model.get("qkv_bias")
-    qkv = lin if qkv is None else qkv
+    lin, qkv = biases(model)
     if not lin:
         a.append(("--disable-bias-linear", None))
         if qkv:
@@ -144,8 +150,7 @@ def moe_fusion_args(model: dict) -> list[tuple[str, object]]:
     Issue 17: an 8-expert top-2 GELU export died at its first step on 4 H200s."""
     if not model.get("moe") or model.get("activation", "swiglu") == "swiglu":
         return []
-    lin = model.get("linear_bias")
-    return [("--no-bias-gelu-fusion", None)] if lin is None or lin else []
+    return [("--no-bias-gelu-fusion", None)] if biases(model)[0] else []
 
 
 def as_config(args: list[tuple[str, object]]) -> dict:
@@ -186,10 +191,7 @@ def mds_model_args(model: dict) -> tuple[list[tuple[str, object]], list[str], st
                        "positions, a different model")
     if model.get("qk_norm"):
         caveats.append(f"qk_norm: {rt} has no q/k normalisation; built without it")
-    lin = model.get("linear_bias")
-    lin = (not swiglu) if lin is None else lin
-    qkv = model.get("qkv_bias")
-    qkv = lin if qkv is None else qkv
+    lin, qkv = biases(model)
     if not lin:
         a.append(("--disable-bias-linear", None))
     if qkv != lin:

@@ -16,11 +16,8 @@ between pipeline *shapes* (PipelineShape.micro_batches), never between replicas 
 
 from __future__ import annotations
 
+from baige_plan.search.space import divisors
 from baige_plan.specs.topology import ClusterSpec
-
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
 
 
 def candidate_batches(batch: int, cluster: ClusterSpec, pct: float, limit: int = 3) -> list[int]:
@@ -29,15 +26,12 @@ def candidate_batches(batch: int, cluster: ClusterSpec, pct: float, limit: int =
     if pct <= 0:
         return []
     tol = batch * pct / 100.0
+    rs = sorted({r for g in cluster.groups for r in divisors(g.devices)})
     found: set[int] = set()
-    for g in cluster.groups:
-        for r in _divisors(g.devices):
-            if r > batch:
-                continue
-            for q in {round(batch / r), batch // r, -(-batch // r)}:
-                b2 = r * q
-                if b2 > 0 and b2 != batch and abs(b2 - batch) <= tol + 1e-9:
-                    found.add(b2)
-    rs = {r for g in cluster.groups for r in _divisors(g.devices)}
+    for r in (r for r in rs if r <= batch):
+        for q in {round(batch / r), batch // r, -(-batch // r)}:
+            b2 = r * q
+            if b2 > 0 and b2 != batch and abs(b2 - batch) <= tol + 1e-9:
+                found.add(b2)
     # the batches that split over the most whole-group replica counts first, then the nearest, then the larger
     return sorted(found, key=lambda b: (-sum(1 for r in rs if b % r == 0), abs(b - batch), -b))[:limit]

@@ -54,7 +54,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from itertools import product
+from itertools import accumulate, product
 
 import numpy as np
 
@@ -484,11 +484,8 @@ def _homogeneous_pipelines(model: ModelSpec, job: JobSpec, group: str, s: Strate
     not split into whole micro-batches per replica."""
     if job.global_batch % (s.dp * s.micro_batch):
         return None
-    counts = stage_layers(s, model.layers)
-    bounds = [0]
-    for c in counts:
-        bounds.append(bounds[-1] + c)
-    stages = tuple(StageSpec(group, (a, b), s.tp) for a, b in zip(bounds, bounds[1:], strict=False))
+    ends = list(accumulate(stage_layers(s, model.layers)))
+    stages = tuple(StageSpec(group, (a, b), s.tp) for a, b in zip([0] + ends[:-1], ends, strict=True))
     knobs = ShapeKnobs(cp=s.cp, ep=s.ep, etp=s.etp, vpp=s.vpp)
     shape = PipelineShape(s.dp, job.global_batch // (s.dp * s.micro_batch), stages, knobs)
     return PipelinesSpec((shape,), micro_batch=s.micro_batch, zero=s.zero, recompute=s.recompute,

@@ -207,12 +207,14 @@ class MemorySemantics:
     fp8_gemm_inputs: bool = False
     fp8_weight_cache_bytes: int = 0
     fp8_param_bytes: int = 0
-    allocator_slack: float = 0.0
-    allocator_unreclaimable: float = 0.0
-    allocator_slack_full_recompute: float | None = None
-    context_gib: float = 0.0
-    comm_first_gib: float = 0.0
-    comm_group_gib: float = 0.0
+    # the measured figures every PyTorch-based runtime here shares (module constants above); PyTorch releases
+    # cached segments and retries before an out-of-memory, so only the unreclaimable part counts against capacity
+    allocator_slack: float = ALLOCATOR_SLACK
+    allocator_unreclaimable: float = ALLOCATOR_UNRECLAIMABLE
+    allocator_slack_full_recompute: float | None = ALLOCATOR_SLACK_FULL_RECOMPUTE
+    context_gib: float = CUDA_CONTEXT_GIB
+    comm_first_gib: float = NCCL_FIRST_GIB
+    comm_group_gib: float = NCCL_GROUP_GIB
     sources: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:

@@ -30,11 +30,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import time
 import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))   # the repo root: baige_plan
+from baige_plan.profile.measure import _time_cuda  # noqa: E402  one CUDA-event timing loop for all measurements
 
 SHAPES = {"qwen3-30b-a3b": (2048, 768), "qwen3-235b-a22b": (4096, 1536)}   # hidden h, expert ffn f (SwiGLU: fc1 2f)
 POINTS = [   # (shape, local experts L, tokens per expert m, layout it stands for)
@@ -54,27 +57,9 @@ FP8_MAX = 448.0
 
 
 
-def _time(torch, fn, target_s=0.003, repeats=5) -> float:
-    """Median seconds of fn() on the device (CUDA events around back-to-back calls)."""
-    for _ in range(2):
-        fn()
-    torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    fn()
-    b.record()
-    b.synchronize()
-    one = max(a.elapsed_time(b) / 1e3, 1e-6)
-    reps = max(1, min(200, int(target_s / one)))
-    out = []
-    for _ in range(repeats):
-        a.record()
-        for _ in range(reps):
-            fn()
-        b.record()
-        b.synchronize()
-        out.append(a.elapsed_time(b) / 1e3 / reps)
-    return statistics.median(out)
+def _time(torch, fn) -> float:
+    """Median seconds of fn() on the device: profile/measure.py's CUDA-event loop, sized to ~3 ms."""
+    return _time_cuda(torch, fn, target_s=0.003, repeats=5, warmup=2, max_reps=200)
 
 
 class Bench:

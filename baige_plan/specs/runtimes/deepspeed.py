@@ -113,12 +113,6 @@ measured no throughput change at 160 GPUs, bigscience train/tr11-176B-ml/chronic
 from __future__ import annotations
 
 from baige_plan.specs.runtime import (
-    ALLOCATOR_SLACK,
-    ALLOCATOR_SLACK_FULL_RECOMPUTE,
-    ALLOCATOR_UNRECLAIMABLE,
-    CUDA_CONTEXT_GIB,
-    NCCL_FIRST_GIB,
-    NCCL_GROUP_GIB,
     NO_GRAD_ACCUM,
     GradAccum,
     GradSync,
@@ -170,12 +164,6 @@ MEMORY = MemorySemantics(
     zero3_reduce_bytes=2,  # ZeRO-3 reduce-scatters model-dtype gradients (zero/stage3.py ipg bucket, 16-bit)
     zero3_prefetch_params=5e7,   # zero/config.py stage3_prefetch_bucket_size default 5e7 (the export sets none)
     selective="core_attention", interleave_group="pp",
-    # PyTorch releases cached segments and retries before an out-of-memory: only the unreclaimable part
-    # counts against capacity (cost/memory.py ALLOCATOR_UNRECLAIMABLE, measured)
-    allocator_unreclaimable=ALLOCATOR_UNRECLAIMABLE,
-    allocator_slack_full_recompute=ALLOCATOR_SLACK_FULL_RECOMPUTE,
-    allocator_slack=ALLOCATOR_SLACK, context_gib=CUDA_CONTEXT_GIB, comm_first_gib=NCCL_FIRST_GIB,
-    comm_group_gib=NCCL_GROUP_GIB,
     sources=("deepspeed/runtime/bf16_optimizer.py BF16_Optimizer._setup_for_real_optimizer",
              "deepspeed/runtime/zero/stage_1_and_2.py DeepSpeedZeroOptimizer: fp32 partition, partitioned grads"),
 )

@@ -102,12 +102,6 @@ Execution semantics:
 from __future__ import annotations
 
 from baige_plan.specs.runtime import (
-    ALLOCATOR_SLACK,
-    ALLOCATOR_SLACK_FULL_RECOMPUTE,
-    ALLOCATOR_UNRECLAIMABLE,
-    CUDA_CONTEXT_GIB,
-    NCCL_FIRST_GIB,
-    NCCL_GROUP_GIB,
     GradSync,
     MemorySemantics,
     RuntimeSpec,
@@ -152,12 +146,6 @@ MEMORY = MemorySemantics(
                            # Megatron-Bridge's delayed/current/MXFP8 fp8 presets set it (training/mixed_precision.py)
     interleave_group="pp",  # pipeline_parallel/schedules.py get_pp_rank_microbatches with the default
                             # microbatch_group_size_per_vp_stage = pp (core/model_parallel_config.py)
-    # PyTorch releases cached segments and retries before an out-of-memory: only the unreclaimable part
-    # counts against capacity (cost/memory.py ALLOCATOR_UNRECLAIMABLE, measured)
-    allocator_unreclaimable=ALLOCATOR_UNRECLAIMABLE,
-    allocator_slack_full_recompute=ALLOCATOR_SLACK_FULL_RECOMPUTE,
-    allocator_slack=ALLOCATOR_SLACK, context_gib=CUDA_CONTEXT_GIB, comm_first_gib=NCCL_FIRST_GIB,
-    comm_group_gib=NCCL_GROUP_GIB,
     sources=("docs/user-guide/features/dist_optimizer.md: bytes/param 18 | 6 + 12/d (bf16 params, fp32 grads), "
              "20 | 4 + 16/d (fp16 params and grads), d = the distributed optimizer's dp x cp group "
              "(optimizer/__init__.py intra_dp_cp_group)",

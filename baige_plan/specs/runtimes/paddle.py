@@ -42,12 +42,6 @@ Execution semantics (trainer/trainer.py:Trainer._inner_training_loop, amp_master
 from __future__ import annotations
 
 from baige_plan.specs.runtime import (
-    ALLOCATOR_SLACK,
-    ALLOCATOR_SLACK_FULL_RECOMPUTE,
-    ALLOCATOR_UNRECLAIMABLE,
-    CUDA_CONTEXT_GIB,
-    NCCL_FIRST_GIB,
-    NCCL_GROUP_GIB,
     GradSync,
     MemorySemantics,
     RuntimeSpec,
@@ -116,10 +110,6 @@ MEMORY = MemorySemantics(
     master="separate", grad_bytes_bf16=4, grad_bytes_fp16=4, step_grad_bytes=0,
     selective="core_attention", interleave_group="pp",   # PipelineParallelWithInterleave warm-up = Megatron's
     # Paddle's auto-growth allocator was not measured: PyTorch's figures (cost/memory.py)
-    allocator_unreclaimable=ALLOCATOR_UNRECLAIMABLE,
-    allocator_slack_full_recompute=ALLOCATOR_SLACK_FULL_RECOMPUTE,
-    allocator_slack=ALLOCATOR_SLACK, context_gib=CUDA_CONTEXT_GIB, comm_first_gib=NCCL_FIRST_GIB,
-    comm_group_gib=NCCL_GROUP_GIB,
     sources=("paddleformers/trainer/training_args.py amp_master_grad", "baige_plan/exports/paddle.py export: "
              "fp16_opt_level O2, amp_master_grad True"),
 )

@@ -10,12 +10,6 @@ backtest uses it so that our runs are costed as they were executed.
 from __future__ import annotations
 
 from baige_plan.specs.runtime import (
-    ALLOCATOR_SLACK,
-    ALLOCATOR_SLACK_FULL_RECOMPUTE,
-    ALLOCATOR_UNRECLAIMABLE,
-    CUDA_CONTEXT_GIB,
-    NCCL_FIRST_GIB,
-    NCCL_GROUP_GIB,
     GradSync,
     MemorySemantics,
     RuntimeSpec,
@@ -27,12 +21,6 @@ from baige_plan.specs.runtime import (
 MEMORY = MemorySemantics(
     master="params", autocast_fp32_params=True, zero3_param_bytes=2, zero3_reduce_bytes=4,
     selective="core_attention", interleave_group="pp",
-    # PyTorch releases cached segments and retries before an out-of-memory: only the unreclaimable part
-    # counts against capacity (cost/memory.py ALLOCATOR_UNRECLAIMABLE, measured)
-    allocator_unreclaimable=ALLOCATOR_UNRECLAIMABLE,
-    allocator_slack_full_recompute=ALLOCATOR_SLACK_FULL_RECOMPUTE,
-    allocator_slack=ALLOCATOR_SLACK, context_gib=CUDA_CONTEXT_GIB, comm_first_gib=NCCL_FIRST_GIB,
-    comm_group_gib=NCCL_GROUP_GIB,
     sources=("benchmarks/real/harness.py: torch.autocast(bfloat16) over fp32 modules; fully_shard(mp_policy=mp)",),
 )
 

@@ -80,12 +80,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from baige_plan.specs.runtime import (
-    ALLOCATOR_SLACK,
-    ALLOCATOR_SLACK_FULL_RECOMPUTE,
-    ALLOCATOR_UNRECLAIMABLE,
-    CUDA_CONTEXT_GIB,
-    NCCL_FIRST_GIB,
-    NCCL_GROUP_GIB,
     GradSync,
     MemorySemantics,
     RuntimeSpec,
@@ -203,12 +197,6 @@ MEMORY = MemorySemantics(
     selective="op_sac",    # activation_checkpoint selective (op): save every other mm + SDPA outputs
     loss="eager_fp32",     # train.py loss_fn: cross_entropy(pred.float()), never compiled; loss_parallel with TP
     interleave_group="pp",  # torch pipelining ScheduleInterleaved1F1B: microbatches_per_round = pp (m % pp == 0)
-    # PyTorch releases cached segments and retries before an out-of-memory: only the unreclaimable part
-    # counts against capacity (cost/memory.py ALLOCATOR_UNRECLAIMABLE, measured)
-    allocator_unreclaimable=ALLOCATOR_UNRECLAIMABLE,
-    allocator_slack_full_recompute=ALLOCATOR_SLACK_FULL_RECOMPUTE,
-    allocator_slack=ALLOCATOR_SLACK, context_gib=CUDA_CONTEXT_GIB, comm_first_gib=NCCL_FIRST_GIB,
-    comm_group_gib=NCCL_GROUP_GIB,
     sources=("torchtitan config manager: training.mixed_precision_param bfloat16 / mixed_precision_reduce "
              "float32 (config_manager.py at 9dec370; config/configs.py in 0.3.0)",
              "torch/distributed/fsdp/_fully_shard/_fsdp_param.py FSDPParam.to_accumulated_grad_if_needed",
