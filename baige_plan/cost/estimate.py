@@ -55,6 +55,7 @@ from baige_plan.cost.moe import (
     moe_layer_terms,
 )
 from baige_plan.cost.params import layer_params_split
+from baige_plan.cost.recompute import LAST_GEMM, early_stop_skip_s, recompute_early_stop
 from baige_plan.specs import runtimes
 from baige_plan.specs.calibration import COMMITTED, Calibration
 from baige_plan.specs.job import JobSpec
@@ -363,15 +364,23 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
     rc = 0.0
     if s.recompute == "full":
         lr = lf if s.execution != "eager" else lf - m_f + eager_rec   # eager: measured recompute traffic
+        t_rc_tp, skip_flops = t_tp, 0.0
+        if recompute_early_stop(s) and not moe and not timed:
+            # the recomputed forward stops before the layer's last GEMM and its TP collective (early_stop_skip_s)
+            skip_g, skip_c = early_stop_skip_s(lin, r, C.reduce_scatter_s(act_sz, tp_link) if sp
+                                               else C.all_reduce_s(act_sz, tp_link), s.tp)
+            lr -= skip_g
+            t_rc_tp = max(t_tp - skip_c, 0.0)
+            skip_flops = sum(g.flops for g in lin if g.name == LAST_GEMM)
         if timed:
             lr = meas.recompute_s
         rc = lr
-        rec += lr + t_tp + t_ep + t_cp_f
+        rec += lr + t_rc_tp + t_ep + t_cp_f
         comp += lr
-        tp_t += t_tp
+        tp_t += t_rc_tp
         ep_t += t_ep
         cp_t += t_cp_f
-        hw_flops += 4 * layer_hw
+        hw_flops += 4 * layer_hw - skip_flops
     elif s.recompute == "selective" and runtimes.get(s.runtime).memory.selective == "op_sac":
         # torchtitan's op-level selective AC (derived from its source in specs/runtimes/torchtitan.py
         # op_sac_recomputed): the backward re-runs every op of the layer's forward whose output is not

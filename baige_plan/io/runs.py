@@ -236,6 +236,42 @@ def _recipe_memory(par: dict, precision: str, runtime: str, zero: int, notes: li
     return (gr is False and precision in ("bf16", "fp8")), bool(f8) and precision == "fp8", float(ob or 0.0)
 
 
+# torch 2.1 (released 2023-10-04) made early stop the default of non-reentrant checkpointing (cost/recompute.py);
+# torchtitan turned it off in its AC config on 2025-08-29 (pytorch/torchtitan@25413d224)
+_TORCH_EARLY_STOP = (2, 1)
+_TORCH_EARLY_STOP_DATE = "2023-10"
+_TORCHTITAN_NO_EARLY_STOP_DATE = "2025-08-29"
+
+
+def _recompute_early_stop(par: dict, runtime: str, notes: list[str]) -> str:
+    """Whether a PyTorch-loop row's full recomputation stopped early (StrategySpec.recompute_early_stop; "" = the
+    runtime's): `parallel.recompute_early_stop` when given, else from the versions its framework text names -- a
+    reentrant checkpoint or torch < 2.1 re-ran whole layers; torchtitan from 2025-08-29 passes early_stop=False;
+    a non-reentrant checkpoint on torch >= 2.1 (or a framework dated from 2023-10 on) stopped early."""
+    if par.get("recompute_early_stop") is not None:
+        return "on" if par["recompute_early_stop"] else "off"
+    if runtime not in ("torchtitan", "pytorch") or _recompute(par.get("recompute")) != "full":
+        return ""
+    fw, rc = str(par.get("framework") or "").lower(), str(par.get("recompute") or "").lower()
+    if "reentrant" in rc and "non-reentrant" not in rc:
+        return "off"
+    m = re.search(r"(?:pytorch[:\s]|torch |post-)(\d+)\.(\d+)", fw)
+    date = re.search(r"(20\d\d-\d\d(?:-\d\d)?)", fw)
+    if "torchtitan" in fw and date and date.group(1) >= _TORCHTITAN_NO_EARLY_STOP_DATE:
+        return "off"
+    if m:
+        on = (int(m.group(1)), int(m.group(2))) >= _TORCH_EARLY_STOP
+        notes.append(f"full recompute early stop {'on' if on else 'off'} (torch {m.group(1)}.{m.group(2)}: "
+                     "non-reentrant checkpoint, cost/recompute.py)")
+        return "on" if on else "off"
+    if date:
+        on = date.group(1) >= _TORCH_EARLY_STOP_DATE
+        notes.append(f"full recompute early stop {'on' if on else 'off'} (framework dated {date.group(1)}: torch "
+                     f"{'>=' if on else '<'} 2.1, cost/recompute.py)")
+        return "on" if on else "off"
+    return ""
+
+
 def _execution(framework) -> str:
     """Eager PyTorch with autocast (plain torch / FSDP / HF) vs fused-kernel frameworks (Megatron,
     NeMo, DeepSpeed, Paddle, torchtitan)."""
@@ -419,6 +455,7 @@ def _case(row: dict, rid: str, md: dict, hw: dict, par: dict, notes: list[str], 
                                            _moe_host_recipe(row, par, notes) if model.moe is not None else (False, ""),
                                            strict=True)),
                                 moe_dispatcher=_moe_dispatcher(row, par, notes) if model.moe is not None else "",
+                                recompute_early_stop=_recompute_early_stop(par, runtime, notes),
                                 **dict(zip(("grad_reduce_bf16", "fp8_param_gather", "optimizer_bytes_per_param"),
                                            _recipe_memory(par, _precision(par.get("precision")), runtime,
                                                           _zero(par), notes), strict=True)))

@@ -292,6 +292,10 @@ class RuntimeSpec:
     export_precisions: tuple[str, ...] | None = None   # precisions its export writes (None: all of
                                        # `precisions`); the others are costed for backtests of published runs
                                        # only, and `plan` refuses them (a plan must start unchanged)
+    recompute_early_stop: bool = False  # full recomputation is torch.utils.checkpoint non-reentrant with early
+                                       # stop (torch >= 2.1 default): the recomputed forward ends once the last
+                                       # tensor the backward needs is saved, before the layer's last GEMM
+                                       # (cost/estimate.py early_stop_skip_s); reentrant / own checkpoint: False
     unfused: UnfusedKernels = FUSED_KERNELS   # work it runs unfused (no Transformer Engine / apex); zero: fused
     notes: tuple[str, ...] = field(default_factory=tuple)   # sources for the semantics above
     extra_refusal: Callable[..., str | None] | None = None   # runtime-specific rules (model, job, strategy)

@@ -72,6 +72,9 @@ class StrategySpec:
                                             # full = every layer / the iteration); cost/moe.py host-bound MoE layers
     moe_dispatcher: str = ""                # MoE token dispatcher (alltoall | allgather | flex = DeepEP/HybridEP);
                                             # "": alltoall, what the runtimes' MoE recipes run (cost/moe.py)
+    recompute_early_stop: str = ""          # full recomputation through torch's non-reentrant checkpoint stops
+                                            # once the backward's tensors exist, skipping the layer's last GEMM
+                                            # ("on" | "off"; "": the runtime's, RuntimeSpec.recompute_early_stop)
 
     def __post_init__(self) -> None:
         for k in ("tp", "pp", "dp", "cp", "ep", "etp", "micro_batch", "vpp"):
@@ -95,6 +98,8 @@ class StrategySpec:
                 f"must be delayed, current or mxfp8, got {self.fp8_recipe!r}")
         require(self.moe_dispatcher in ("", "alltoall", "allgather", "flex"), "moe_dispatcher",
                 f"must be alltoall, allgather or flex, got {self.moe_dispatcher!r}")
+        require(self.recompute_early_stop in ("", "on", "off"), "recompute_early_stop",
+                f"must be on or off, got {self.recompute_early_stop!r}")
         if self.cuda_graph_scope:
             bad = [x for x in self.cuda_graph_scope.split(",") if x not in ("attn", "moe_router", "moe_preprocess", "full")]
             require(not bad, "cuda_graph_scope", f"must list attn, moe_router, moe_preprocess or full, got {bad!r}")

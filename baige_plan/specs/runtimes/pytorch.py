@@ -46,4 +46,6 @@ RUNTIME = RuntimeSpec(
     zero3_gather=lambda pp: "micro_batch",
     grad_sync=lambda zero, pp: GradSync(grads="step", overlap="backward", params="none"),
     memory=MEMORY,
+    # harness.py: checkpoint(blk, x, use_reentrant=False) on torch 2.11, early stop on by default
+    recompute_early_stop=True,
 )

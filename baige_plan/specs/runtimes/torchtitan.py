@@ -232,6 +232,10 @@ RUNTIME = RuntimeSpec(
     # (cuDNN was opt-in from 2.5: pytorch#138522, preferred again only with cuDNN > 9.15, torch 2.11); 0.3.0's
     # FlexAttention is FA2-class (PyTorch's FlexAttention post: ~90% of FA2 forward, ~85% backward)
     attention_kernel="fa2",
+    # full AC: ptd_checkpoint_wrapper(..., early_stop=ac_config.early_stop), ACConfig.early_stop default False since
+    # pytorch/torchtitan@25413d224 (2025-08-29; 0.2.x, 0.3.0: FullAC passes early_stop=False); published runs before
+    # that ran torch's default (on), which io/runs.py sets per row (StrategySpec.recompute_early_stop)
+    recompute_early_stop=False,
     extra_refusal=_refusal,
     notes=("torch/distributed/pipelining/stage.py backward_maybe_with_nosync, perform_reduce_grad",
            "torchtitan/trainer.py Trainer.train_step: backward per micro-batch without no_sync",
