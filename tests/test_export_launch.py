@@ -466,7 +466,7 @@ def test_torchtitan_0_2_custom_dense_model_module(tmp_path):
 @pytest.mark.parametrize("kw,why", [
     (dict(tp=2, dp=4, zero=0), "DDP has not supported > 1D parallelism"),          # issue 17's #1 plan
     (dict(tp=4, dp=1, zero=3, nodes=1, per_node=4), "would train in fp32"),       # TP without FSDP
-    (dict(tp=1, dp=8, zero=0, nodes=1), "would train in fp32"),                    # DDP
+    (dict(tp=1, dp=8, zero=0, nodes=1), "through torch.autocast"),                 # DDP: AMP, not MPP
 ])
 def test_torchtitan_0_2_refusals(kw, why):
     kw.setdefault("nodes", 1)

@@ -611,13 +611,16 @@ def _launch(title: str, nnodes: int, nproc: int, module: bool, mock: bool = Fals
         "#!/usr/bin/env bash",
         f"# {title}",
         f"# torchtitan=={version} (torch=={torch_pin}): run this same script on each of the {nnodes} node(s) with",
-        "# NODE_RANK=0..NNODES-1; they rendezvous at MASTER_ADDR (default: the first host in ./hostfile).",
+        "# NODE_RANK=0..NNODES-1; they rendezvous at MASTER_ADDR (default: "
+        + ("localhost: one node)." if nnodes == 1 else "the first host in ./hostfile)."),
         "# Extra torchtitan flags given to this script go after the exported ones (tyro: the last one wins).",
         "set -euo pipefail",
         'HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
         f"NNODES={nnodes}",
         f"NPROC_PER_NODE={nproc}",
         'NODE_RANK="${NODE_RANK:-0}"',
+        # one node: torchrun's c10d rendezvous at localhost (the hostfile's placeholder name does not resolve)
+        'MASTER_ADDR="${MASTER_ADDR:-localhost}"' if nnodes == 1 else
         "MASTER_ADDR=\"${MASTER_ADDR:-$(awk '!/^#/ && NF {print $1; exit}' \"$HERE/hostfile\")}\"",
         'MASTER_PORT="${MASTER_PORT:-29500}"',
         *data_lines(**DATA_HELP, mock_default=mock),
@@ -650,7 +653,8 @@ def refusal_v02(s: dict, prec: str, world: int) -> tuple[str, str] | None:
     """(field, reason) when torchtitan 0.2.x does not run the plan as costed. parallelize_llama (and qwen3's)
     applies FSDP2 -- and with it the MixedPrecisionPolicy -- only when parallel_dims.fsdp_enabled
     (dp_shard > 1 or cp > 1); replicated data parallelism alone is DDP, which raises "DDP has not supported
-    > 1D parallelism" with any other dimension, and without FSDP the model trains in fp32."""
+    > 1D parallelism" with any other dimension; without FSDP, TP or PP train in fp32, and DDP or one device
+    in bf16 through torch.autocast (distributed/utils.py maybe_enable_amp), which the plan does not cost."""
     dp, cp, zero = s["dp"], s.get("cp", 1), s.get("zero", 0)
     shard = dp if zero >= 2 else 1
     if zero == 0 and dp > 1 and world != dp:
@@ -658,10 +662,17 @@ def refusal_v02(s: dict, prec: str, world: int) -> tuple[str, str] | None:
                 f"refuses any other parallelism (tp={s['tp']}, pp={s['pp']}, cp={cp}; models/llama3/infra/"
                 "parallelize.py: \"DDP has not supported > 1D parallelism\"): plan with --zero 3, or export for "
                 f"torchtitan {VERSION}")
-    if shard == 1 and cp == 1 and prec in ("bf16", "fp8"):
+    if shard == 1 and cp == 1 and prec in ("bf16", "fp8") and (s["tp"] > 1 or s["pp"] > 1):
         return ("inputs.job.precision", f"torchtitan {V02} sets {prec} mixed precision only through FSDP "
                 f"(data_parallel_shard_degree > 1 or cp > 1); this plan (zero={zero}, dp={dp}, cp={cp}) would "
                 "train in fp32, which it was not costed for: plan with --precision fp32, or --zero 3 with dp > 1, "
+                f"or export for torchtitan {VERSION}")
+    if shard == 1 and cp == 1 and prec in ("bf16", "fp8"):
+        # DDP or one device: distributed/utils.py maybe_enable_amp wraps the step in torch.autocast
+        return ("inputs.job.precision", f"torchtitan {V02} runs this plan (zero={zero}, dp={dp}, no tp, pp or cp: "
+                f"{'DDP' if dp > 1 else 'one device'}) in {prec} through torch.autocast (distributed/utils.py "
+                "maybe_enable_amp): fp32 weights cast per op and kept cast through the forward, not the FSDP "
+                "MixedPrecisionPolicy (bf16 parameters) the plan was costed with: plan with --zero 3 with dp > 1, "
                 f"or export for torchtitan {VERSION}")
     if s.get("ep", 1) > 1 and s.get("etp", 1) not in (1, s["tp"]):
         return ("strategy.etp", f"torchtitan {V02} runs expert tensor parallelism 1 or tp={s['tp']}, not "

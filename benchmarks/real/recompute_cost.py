@@ -12,6 +12,7 @@ Per (shape, micro-batch) it times, with CUDA events, median of REPS after WARMUP
 and reports recompute = ckpt - fwd_bwd, recompute / fwd, bwd / fwd with bwd = fwd_bwd - fwd.
 
     python benchmarks/real/recompute_cost.py --out recompute_cost.raw.json
+    python benchmarks/real/recompute_cost.py --trace-out recompute_kernels.raw.json   # device time by kernel kind
 """
 
 from __future__ import annotations
@@ -99,8 +100,6 @@ def measure(name: str, mb: int, seq: int, layers: int, warmup: int, reps: int) -
     fwd = _time(lambda: run(False, False), warmup, reps)
     fb = _time(lambda: run(False, True), warmup, reps)
     ck = _time(lambda: run(True, True), warmup, reps)
-    del mods, x0
-    torch.cuda.empty_cache()
     bwd = fb - fwd
     return {"shape": name, "micro_batch": mb, "seq": seq, "layers": layers, "fwd_s": fwd, "fwd_bwd_s": fb,
             "ckpt_s": ck, "recompute_s": ck - fb, "recompute_over_fwd": (ck - fb) / fwd, "bwd_over_fwd": bwd / fwd}
@@ -125,5 +124,69 @@ def main() -> None:
         json.dump(doc, f, indent=1)
 
 
+
+
+def kernel_split(name: str, mb: int, seq: int, layers: int) -> dict:
+    """Device seconds of one forward + backward (no checkpointing) by kernel kind, from torch.profiler:
+    GEMM (cuBLAS/CUTLASS/nvjet), attention (flash/SDPA), other (every elementwise, norm, reduction, copy)."""
+    from torch.profiler import ProfilerActivity, profile
+    h, ffn, heads, kv, mlp, norm = SHAPES[name]
+    torch.manual_seed(0)
+    mods = torch.nn.ModuleList([Layer(h, ffn, heads, kv, mlp, norm) for _ in range(layers)]).cuda().bfloat16()
+    x0 = torch.randn(mb, seq, h, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+
+    def step():
+        x = x0
+        for m in mods:
+            x = m(x)
+        x.float().sum().backward()
+        for p in mods.parameters():
+            p.grad = None
+        x0.grad = None
+
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(3):
+            step()
+        torch.cuda.synchronize()
+    kinds = {"gemm": 0.0, "attention": 0.0, "other": 0.0}
+    for e in prof.key_averages():
+        t = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0.0)
+        if not t or e.key.startswith("ProfilerStep"):
+            continue
+        k = e.key.lower()
+        if any(w in k for w in ("flash", "fmha", "attention", "sdpa", "softmax_bwd")):
+            kinds["attention"] += t
+        elif any(w in k for w in ("gemm", "cutlass", "xmma", "nvjet", "sm90_", "sm80_", "cublas")):
+            kinds["gemm"] += t
+        elif k.startswith("memcpy") or k.startswith("memset") or "::" in k or "kernel" in k or "elementwise" in k:
+            kinds["other"] += t
+        else:
+            kinds["other"] += t
+    # microseconds over 3 steps -> seconds per step; the (tokens x layers x hidden) the other kernels act on
+    out = {k: v / 3 / 1e6 for k, v in kinds.items()}
+    out.update(shape=name, micro_batch=mb, seq=seq, layers=layers, token_layer_hidden=mb * seq * layers * h)
+    return out
+
+
+def main_trace() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--trace-out", required=True)
+    ap.add_argument("--seq", type=int, default=2048)
+    ap.add_argument("--layers", type=int, default=2)
+    a, _ = ap.parse_known_args()
+    rows = []
+    for name, mbs in (("mpt-7b", (2, 8)), ("mpt-13b", (2, 8)), ("mpt-30b", (2, 6)), ("llama2-70b", (1, 4))):
+        for mb in mbs:
+            r = kernel_split(name, mb, a.seq, a.layers)
+            print(json.dumps({k: round(v, 6) if isinstance(v, float) else v for k, v in r.items()}), flush=True)
+            rows.append(r)
+    with open(a.trace_out, "w") as f:
+        json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f, indent=1)
+
+
 if __name__ == "__main__":
-    main()
+    import sys
+    main_trace() if "--trace-out" in sys.argv else main()
