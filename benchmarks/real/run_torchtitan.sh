@@ -13,6 +13,7 @@
 # Data: $TT/assets/synth_text/data.json (written here if missing: 400 JSON lines of seeded random words), read by the
 # export's c4_test loader (load_dataset(BAIGE_DATA_PATH, split="train")). Token ids stay below every vocab here.
 # Results: $OUT/summary.jsonl (benchmarks/real/torchtitan_log.py per plan), $OUT/logs.tgz (every log), $OUT/env.txt.
+# EXTRA_ARGS: torchtitan flags appended to every launch (measurement only, e.g. --profiling.enable_profiling).
 # FAIL_FAST=1 (default) stops after the first plan when it logs no step (a broken stack, not a plan).
 set -u
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -63,7 +64,7 @@ for d in "$@"; do
   port=$((port + 1))
   start=$(date +%s)
   MASTER_PORT=$port BAIGE_OUTPUT_DIR="/tmp/torchtitan_out/$id" timeout "${PLAN_TIMEOUT:-200}" bash "$d/launch.sh" \
-    > "$LOGS/$id.log" 2>&1
+    ${EXTRA_ARGS:-} > "$LOGS/$id.log" 2>&1
   rc=$?
   echo "$id rc=$rc wall=$(( $(date +%s) - start ))s" | tee -a "$OUT/env.txt"
   if python3 "$ROOT/benchmarks/real/torchtitan_log.py" "$LOGS/$id.log" "$d" --id "$id" >> "$OUT/summary.jsonl"; then
