@@ -73,6 +73,7 @@ def test_which_runs_stopped_early_from_their_versions():
     # torchtitan: torch's default until pytorch/torchtitan@25413d224 (2025-08-29) set early_stop=False
     assert rule("torchtitan 9dec370 (2024-12-26) on torch 1963fc8") == "on"
     assert rule("torchtitan 1a2b3c4 (2025-09-10) on torch 2.9") == "off"
+    assert rule("torchtitan 0.2.2 (PyPI wheel) on torch 2.11.0+cu130") == "off"   # its ACConfig.early_stop = False
     # a reentrant checkpoint re-runs the whole forward; selective / no recompute: nothing to decide
     assert rule("LLM Foundry main @ 2024-01", recompute="full (reentrant)") == "off"
     assert rule("LLM Foundry main @ 2024-01", recompute="none") == ""

@@ -241,6 +241,7 @@ def _recipe_memory(par: dict, precision: str, runtime: str, zero: int, notes: li
 _TORCH_EARLY_STOP = (2, 1)
 _TORCH_EARLY_STOP_DATE = "2023-10"
 _TORCHTITAN_NO_EARLY_STOP_DATE = "2025-08-29"
+_TORCHTITAN_NO_EARLY_STOP_RELEASE = (0, 2)
 
 
 def _recompute_early_stop(par: dict, runtime: str, notes: list[str]) -> str:
@@ -257,8 +258,12 @@ def _recompute_early_stop(par: dict, runtime: str, notes: list[str]) -> str:
         return "off"
     m = re.search(r"(?:pytorch[:\s]|torch |post-)(\d+)\.(\d+)", fw)
     date = re.search(r"(20\d\d-\d\d(?:-\d\d)?)", fw)
-    if "torchtitan" in fw and date and date.group(1) >= _TORCHTITAN_NO_EARLY_STOP_DATE:
-        return "off"
+    if "torchtitan" in fw:
+        # releases from 0.2.0 (2025-10) on carry the 2025-08-29 config (ACConfig.early_stop = False)
+        ver = re.search(r"torchtitan[ =v]*(\d+)\.(\d+)\.", fw)
+        if (ver and (int(ver.group(1)), int(ver.group(2))) >= _TORCHTITAN_NO_EARLY_STOP_RELEASE) or \
+                (date and date.group(1) >= _TORCHTITAN_NO_EARLY_STOP_DATE):
+            return "off"
     if m:
         on = (int(m.group(1)), int(m.group(2))) >= _TORCH_EARLY_STOP
         notes.append(f"full recompute early stop {'on' if on else 'off'} (torch {m.group(1)}.{m.group(2)}: "
