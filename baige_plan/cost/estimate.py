@@ -13,7 +13,9 @@ Step:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 
 from baige_plan.cost import collectives as C
 from baige_plan.cost.compute import ChipRates, gemm_time_s, layer_memory_bytes
@@ -441,6 +443,72 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
             "lf": lf, "lb": lb, "rc": rc, "moe_dev_experts": moe_dev_e, "moe_dev_router": moe_dev_r}
 
 
+class _Same:
+    """An object as a cache key by identity (a GroupSpec holds dicts: it does not hash); the key holds the object,
+    so its id is never reused while the entry is cached."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: object) -> None:
+        self.obj = obj
+
+    def __hash__(self) -> int:
+        return id(self.obj)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Same) and self.obj is other.obj
+
+
+class _StageContext:
+    """What every stage of strategy s on `group` shares: the rates, the runtime, the TP/CP/EP/expert-TP links and EP
+    node split, and its layers' terms (by model, sequence length, dense/MoE and measured profile), each computed
+    once."""
+
+    __slots__ = ("r", "rt", "links", "terms")
+
+    def __init__(self, group: GroupSpec, precision: str, s: StrategySpec, calibration: Calibration | None,
+                 moe: bool) -> None:
+        self.r = strategy_rates(group.chip, engine_precision(group, precision, s.runtime), s, calibration)
+        self.rt = runtimes.get(s.runtime)
+        dpn = group.devices_per_node
+        tp_link = C.group_link(group, s.tp, min(s.tp, dpn))
+        cp_link = C.group_link(group, s.cp, _placement_per_node(dpn, s.tp, s.cp))
+        ep_per_node = _placement_per_node(dpn, s.etp, s.ep)
+        ep_link = C.group_link(group, s.ep, ep_per_node)
+        ep_split = ep_node_split(group, s.ep, ep_per_node) if moe else None
+        etp_link = C.group_link(group, s.etp, min(s.etp, dpn))
+        self.links = (tp_link, cp_link, ep_link, etp_link, ep_split)
+        self.terms: dict = {}
+
+    def layer_terms(self, model: ModelSpec, s: StrategySpec, seq: int, tokens: float, sp: bool, std: bool, moe: bool,
+                    meas: LayerProfile | None) -> Mapping[str, float]:
+        """`_layer_terms` of this strategy (tokens, sp and std follow from s and seq), read-only, memoised."""
+        try:
+            lt = self.terms.get((model, seq, moe, meas))
+        except TypeError:           # a hand-built spec that does not hash: cost it directly
+            return _layer_terms(model, s, self.r, seq, tokens, sp, std, self.links, moe, meas)
+        if lt is None:
+            lt = self.terms[(model, seq, moe, meas)] = MappingProxyType(
+                _layer_terms(model, s, self.r, seq, tokens, sp, std, self.links, moe, meas))
+        return lt
+
+
+def _stage_context(group: GroupSpec, precision: str, s: StrategySpec, calibration: Calibration | None, moe: bool,
+                   memo: dict | None) -> _StageContext:
+    """The strategy's shared stage terms, from `memo` (a cache its caller owns: one search) when it has them. Pure:
+    they depend on these arguments only, read at the time they are first computed."""
+    if memo is None:
+        return _StageContext(group, precision, s, calibration, moe)
+    key = ("stage-context", _Same(group), precision, s, calibration, moe)
+    try:
+        ctx = memo.get(key)
+    except TypeError:
+        return _StageContext(group, precision, s, calibration, moe)
+    if ctx is None:
+        ctx = memo[key] = _StageContext(group, precision, s, calibration, moe)
+    return ctx
+
+
 def _embedding_act_bytes(model: ModelSpec, s: StrategySpec, tokens: float, act_bytes: int, sp: bool) -> float:
     """The embedding output the first stage holds (the analytical model charges no time for the lookup)."""
     return tokens * model.hidden * act_bytes / (s.tp if sp else 1)
@@ -493,24 +561,20 @@ def strategy_rates(chip, precision: str, s: StrategySpec, calibration: Calibrati
 def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec, index: int,
                first_layer: int, n_layers: int, m: int,
                p2p_links: tuple[C.Link | None, C.Link | None] | None = None,
-               calibration: Calibration | None = None) -> StageCost:
+               calibration: Calibration | None = None, memo: dict | None = None) -> StageCost:
     """Cost of pipeline stage `index` (layers [first_layer, first_layer + n_layers)) on `group`,
     per micro-batch, plus its memory. `p2p_links` = (link to the previous stage, link to the next)
-    for heterogeneous pipelines; default: both from `homogeneous_pp_link`."""
-    r = strategy_rates(group.chip, engine_precision(group, job.precision, s.runtime), s, calibration)
+    for heterogeneous pipelines; default: both from `homogeneous_pp_link`. `memo`: a dict the caller owns (one
+    search) in which what every stage of strategy s on this group shares (rates, links, the layers' terms) is
+    kept; the same numbers with or without it."""
+    ctx = _stage_context(group, job.precision, s, calibration, model.moe is not None, memo)
+    r = ctx.r
+    tp_link, cp_link, ep_link, etp_link, ep_split = ctx.links
     seq = job.seq_len
-    dpn = group.devices_per_node
     tokens = s.micro_batch * seq / s.cp
     act_bytes = r.act_bytes
     sp = bool(s.sequence_parallel)
     std = s.attention == "standard"
-
-    tp_link = C.group_link(group, s.tp, min(s.tp, dpn))
-    cp_link = C.group_link(group, s.cp, _placement_per_node(dpn, s.tp, s.cp))
-    ep_per_node = _placement_per_node(dpn, s.etp, s.ep)
-    ep_link = C.group_link(group, s.ep, ep_per_node)
-    ep_split = ep_node_split(group, s.ep, ep_per_node) if model.moe is not None else None
-    etp_link = C.group_link(group, s.etp, min(s.etp, dpn))
 
     fwd = bwd = rec = 0.0
     comp = tp_t = cp_t = ep_t = 0.0
@@ -530,8 +594,7 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
             continue
         # all dense (all MoE) layers are identical: cost one, multiply
         meas = entry.layer if entry is not None and not moe else None
-        lt = _layer_terms(model, s, r, seq, tokens, sp, std, (tp_link, cp_link, ep_link, etp_link, ep_split), moe,
-                         meas)
+        lt = ctx.layer_terms(model, s, seq, tokens, sp, std, moe, meas)
         if moe:
             lt_moe = lt
         src_c.add(label if meas is not None and meas.has_times else ANALYTICAL)
@@ -605,7 +668,7 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
         src_c.add(label if out is not None and out.has_times else ANALYTICAL)
         src_a.add(label if out is not None and out.activation_bytes is not None else ANALYTICAL)
     dense_p += emb_p
-    rt_exec = runtimes.get(s.runtime)
+    rt_exec = ctx.rt
     if rt_exec.grad_accum is not None:
         # gradient accumulation the runtime runs outside the weight-gradient GEMM, once per micro-batch over the
         # parameters the stage holds (specs/runtime.py GradAccum; specs/runtimes/deepspeed.py _grad_accum)
@@ -643,7 +706,7 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
     # Memory: what the runtime allocates (specs/runtime.py MemorySemantics, declared with sources in
     # specs/runtimes/NAME.py; cost/memory.py; docs/COST_MODEL.md "Memory model"). ZeRO shards over the ranks
     # holding the same weights: dp x cp (the distributed optimizer's intra_dp_cp group), experts over edp.
-    rt = runtimes.get(s.runtime)
+    rt = ctx.rt
     mem = rt.memory
     if bf16_grad_reduce(s, job.precision):
         # the main-grad buffer is bf16 ("4 + 16/d" row of Megatron's dist_optimizer.md)
@@ -844,9 +907,10 @@ def dp_traffic(st: StageCost, group: GroupSpec, s: StrategySpec, job: JobSpec, m
 
 
 def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, s: StrategySpec,
-             memory_frac: float = 1.0, calibration: Calibration | None = None) -> Estimate:
+             memory_frac: float = 1.0, calibration: Calibration | None = None, memo: dict | None = None) -> Estimate:
     """Estimate one homogeneous strategy. Raises SpecError when the strategy is invalid.
-    `calibration`: the corpus-fitted constants (specs/calibration.py); None = the committed values."""
+    `calibration`: the corpus-fitted constants (specs/calibration.py); None = the committed values. `memo`:
+    stage_cost's, a cache the caller (one search) owns; the same numbers with or without it."""
     if cluster.is_heterogeneous:
         from baige_plan.errors import SpecError
         raise SpecError("cluster", f"{cluster.name!r} has {len(cluster.groups)} groups; homogeneous "
@@ -858,7 +922,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, s: StrategySp
     stages = []
     first = 0
     for i, n in enumerate(split):
-        stages.append(stage_cost(model, group, job, s, i, first, n, m, calibration=calibration))
+        stages.append(stage_cost(model, group, job, s, i, first, n, m, calibration=calibration, memo=memo))
         first += n
     times = [st.time_s for st in stages]
     t_max = max(times)

@@ -80,7 +80,7 @@ def _p2p_links(cluster: ClusterSpec, sh: PipelineShape, i: int) -> tuple[C.Link 
 def estimate_pipelines(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: PipelinesSpec,
                        memory_frac: float = 1.0, cache: dict | None = None) -> Estimate:
     """Exact estimate of a heterogeneous plan. `cache` (a dict owned by the caller, e.g. one search)
-    memoises stage costs, which depend only on their own arguments."""
+    memoises stage costs, which depend only on their own arguments (and is stage_cost's `memo`)."""
     check_pipelines(p, model, cluster, job)
     shapes = []
     strategies: dict[int, list[StrategySpec]] = {}
@@ -104,7 +104,8 @@ def estimate_pipelines(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: 
             key = (g.name, s, i, st.layers, sh.micro_batches, links)
             c = cache.get(key) if cache is not None else None
             if c is None:
-                c = stage_cost(model, g, job, s, i, st.layers[0], st.n_layers, sh.micro_batches, p2p_links=links)
+                c = stage_cost(model, g, job, s, i, st.layers[0], st.n_layers, sh.micro_batches, p2p_links=links,
+                               memo=cache)
                 if cache is not None:
                     cache[key] = c
             costs.append(c)

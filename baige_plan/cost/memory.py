@@ -32,6 +32,8 @@ NCCL_GROUP_GIB): `reserve_bytes` (what counts), `slack_bytes` (what the reserved
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from baige_plan.specs.model import ModelSpec
 from baige_plan.specs.runtime import (  # measured allocator and context figures (specs/runtime.py)
     CUDA_CONTEXT_GIB,
@@ -123,6 +125,14 @@ def loss_bytes_per_logit(loss: str, execution: str, tp: int, act_bytes: float, e
 def comm_groups(tp, cp, dp, pp, ep=1, etp=1):
     """Communicators a rank uses: one per parallel dimension > 1 (TP, CP, the dp x cp gradient group,
     the pipeline's p2p connections, EP, expert TP)."""
+    if type(tp) is int and type(cp) is int and type(dp) is int and type(pp) is int and type(ep) is int \
+            and type(etp) is int:             # one strategy (the cost model, per stage): memoised, same value
+        return _comm_groups_of(tp, cp, dp, pp, ep, etp)
+    return _comm_groups_of.__wrapped__(tp, cp, dp, pp, ep, etp)
+
+
+@lru_cache(maxsize=4096)
+def _comm_groups_of(tp, cp, dp, pp, ep, etp):
     import numpy as np
     n = sum(np.greater(x, 1).astype(int) for x in (tp, cp, np.multiply(dp, cp), pp, ep, etp))
     return int(n) if np.ndim(n) == 0 else n
@@ -131,6 +141,13 @@ def comm_groups(tp, cp, dp, pp, ep=1, etp=1):
 def outside_gib(mem, groups):
     """GiB a process holds outside its caching allocator: context + NCCL buffers (`mem`'s measured figures).
     `groups` a number or a numpy array."""
+    if type(groups) is int:                    # one stage (the cost model): memoised, same value
+        return _outside_gib_of(mem, groups)
+    return _outside_gib_of.__wrapped__(mem, groups)
+
+
+@lru_cache(maxsize=1024)
+def _outside_gib_of(mem, groups):
     import numpy as np
     out = mem.context_gib + np.where(np.greater(groups, 0), mem.comm_first_gib + mem.comm_group_gib * (groups - 1), 0.0)
     return float(out) if np.ndim(out) == 0 else out
@@ -277,6 +294,13 @@ def inflight_microbatches(pp, vpp, m, stage=0):
     chunk holds 1/v of the stage's layers). Rank 0 interleaved: p + (p - 1)/v = p (1 + (p-1)/(p v)),
     Korthikanti 2022 Sec. 4.2.3; the last rank still holds ((v - 1) p + 1)/v, not 1.
     Works on numbers and on numpy arrays (search/bounds.py)."""
+    if type(pp) is int and type(vpp) is int and type(m) is int and type(stage) is int:
+        return _inflight_of(pp, vpp, m, stage)    # one stage (the cost model): memoised, same value
+    return _inflight_of.__wrapped__(pp, vpp, m, stage)
+
+
+@lru_cache(maxsize=4096)
+def _inflight_of(pp, vpp, m, stage):
     import numpy as np
     warm_i = 2 * (pp - stage - 1) + (vpp - 1) * pp
     inter = np.minimum(warm_i + 1, m * vpp) / vpp

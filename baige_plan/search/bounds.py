@@ -26,6 +26,7 @@ from baige_plan.cost.estimate import (
     DEEPSPEED_COLLECTIVES_PER_LAYER,
     ZERO3_COLLECTIVES_PER_LAYER,
     adam_bytes_per_param,
+    dp_traffic,
     engine_precision,
     stage_cost,
 )
@@ -111,6 +112,8 @@ class Bounds:
         # faster than the analytical terms below: scale them by its smallest ratio so they stay bounds
         from baige_plan.cost.measured import profile_bound_factors
         self.act_lb, self.opt_lb = profile_bound_factors(model, group, job, self.knobs)
+        # estimate.stage_cost's memo for this search (what the stages of one strategy share); the same numbers
+        self.memo: dict = {}
 
     # -- per (tp, ep, etp, pp, first, last, account): params and layer counts of stages 0, 1, pp-1 --
     def _param_table(self, key: tuple[int, ...]) -> np.ndarray:
@@ -255,16 +258,22 @@ class Bounds:
         c = {}
         for kind, li in (("d", dense_i), ("m", moe_i)):
             if li is not None:
-                st = stage_cost(m, self.group, self.job, s, 1, li, 1, 1)
+                st = stage_cost(m, self.group, self.job, s, 1, li, 1, 1, memo=self.memo)
                 c[kind] = st.time_s - st.pp_s
         li = m.layers - 1
-        st = stage_cost(m, self.group, self.job, s, 2, li, 1, 1)
+        st = stage_cost(m, self.group, self.job, s, 2, li, 1, 1, memo=self.memo)
         tail = max(0.0, st.time_s - st.pp_s - c["m" if m.is_moe_layer(li) else "d"])
         return c.get("d", 0.0), c.get("m", 0.0), tail
 
     def time_lb_s(self, a: np.ndarray) -> np.ndarray:
+        return self.time_lb_parts(a)[0]
+
+    def time_lb_parts(self, a: np.ndarray) -> tuple[np.ndarray, ...]:
+        """(lower bound of the step, and per row what `dp_lb_s` needs: micro-batches, the largest stage-time
+        bound of stages 0, 1 and pp-1, the sum of every stage's bound, stage 0's bound, the optimizer step's
+        bound)."""
         if len(a) == 0:
-            return np.zeros(0)
+            return (np.zeros(0),) * 6
         m, job = self.model, self.job
         rec = a[:, COL["recompute"]].copy()
         att = a[:, COL["attention"]]
@@ -285,9 +294,12 @@ class Bounds:
         opt = np.zeros(len(a))
         dpd = np.where(zero >= 1, dp * cp, 1.0)
         edp = np.where(zero >= 1, tp * cp * dp / (ep * etp), 1.0)
+        t0 = np.zeros(len(a))
         for j in range(3):
             idx, n, nd, nm, dense, expert, emb = (P[:, j, c] for c in range(7))
             t = nd * cd + nm * cm + np.where(idx == pp - 1, tail, 0.0)
+            if j == 0:
+                t0 = t
             t_max = np.maximum(t_max, t)
             opt = np.maximum(opt, (dense / dpd + expert / edp) * adam_bytes_per_param(job.precision)
                              / self.rates.hbm_Bps
@@ -296,7 +308,26 @@ class Bounds:
         # ZeRO-3 gathers per micro-batch unless the runtime gathers once per step with pipelining
         per_mb = {int(x): self.runtime.zero3_gather(int(x)) == "micro_batch" for x in np.unique(pp)}
         z3_mb = np.vectorize(per_mb.__getitem__, otypes=[bool])(pp.astype(np.int64))
-        return (pipe + opt + np.where(z3_mb, self._zero3_lb(P, zero, dp * cp, micro), 0.0)) * (1 - SAFETY)
+        lb = (pipe + opt + np.where(z3_mb, self._zero3_lb(P, zero, dp * cp, micro), 0.0)) * (1 - SAFETY)
+        return lb, micro, t_max, total, t0, opt
+
+    def dp_lb_s(self, s: StrategySpec, t_max_lb: float, total_lb: float, t0_lb: float, opt_lb: float) -> float:
+        """A lower bound of `estimate`'s step for strategy s that counts the data-parallel sync: stage 0 costed
+        exactly (estimate.stage_cost, and estimate.dp_traffic's exposed time, with no later stage's lead to hide
+        under: it finishes last) and the other stages by their per-layer bounds (`time_lb_parts`). Since
+            T = m·t_max + (Σt - t_max)/vpp + max_i exposed_i + optimizer
+        is non-decreasing in every t_i, t_0 exact and t_i >= bound_i (i > 0), t_max >= max(t_0, the bounds of
+        stages 1 and pp-1), Σt >= t_0 + (Σ bounds - bound_0) and max_i exposed_i >= exposed_0 give T >= this. Costs
+        one stage, where `estimate` costs pp of them."""
+        job = self.job
+        m = job.global_batch // (s.dp * s.micro_batch)
+        n0 = stage_layers(s, self.model.layers)[0]
+        st0 = stage_cost(self.model, self.group, job, s, 0, 0, n0, m, memo=self.memo)
+        exposed0 = dp_traffic(st0, self.group, s, job, m, tail_s=0.0).exposed_s
+        t0 = st0.time_s
+        t_max = max(t0, t_max_lb)
+        pipe = m * t_max + (t0 + (total_lb - t0_lb) - t_max) / s.vpp
+        return (pipe + exposed0 + opt_lb) * (1 - SAFETY)
 
     def _zero3_lb(self, P: np.ndarray, zero: np.ndarray, n: np.ndarray, micro: np.ndarray) -> np.ndarray:
         """ZeRO-3 exposed communication >= (1 - the runtime's ZeRO-3 overlap) x its total: per micro-batch, three

@@ -123,16 +123,25 @@ def _affine(model, cluster, job, p_base: PipelinesSpec, shape_stages, j, i, m,
     if cache is not None and pre in cache:
         return cache[pre]
     g = cluster.group(st.group)
-    shape = replace(sh, micro_batches=m, stages=tuple(shape_stages))
-    s = _stage_strategy(p_base, shape, st)
-    links = _p2p_links(cluster, shape, i)
+    # the stage's strategy reads the plan-wide knobs, the shape's replicas, knobs and depth and the stage's tp; its
+    # p2p links the stage, its neighbours and the shape's replicas and knobs: each memoised on those alone
+    s_in = ("affine-s",) + pre[1:10] + (st.tp,)
+    l_in = ("affine-l", sh.replicas, sh.knobs, pre[12], st, pre[14])
+    s = cache.get(s_in) if cache is not None else None
+    links = cache.get(l_in) if cache is not None else None
+    if s is None or links is None:
+        shape = replace(sh, micro_batches=m, stages=tuple(shape_stages))
+        s = _stage_strategy(p_base, shape, st) if s is None else s
+        links = _p2p_links(cluster, shape, i) if links is None else links
+        if cache is not None:
+            cache[s_in], cache[l_in] = s, links
     key = ("affine", g.name, s, i, m, links)
     if cache is not None and key in cache:
         cache[pre] = cache[key]
         return cache[key]
     vals = []
     for n in (1, 2):
-        c = stage_cost(model, g, job, s, i, 0, n, m, p2p_links=links)
+        c = stage_cost(model, g, job, s, i, 0, n, m, p2p_links=links, memo=cache)
         vals.append((c.time_s, c.memory_gib))
     (t1, m1), (t2, m2) = vals
     out = (t2 - t1, t1 - (t2 - t1), m2 - m1, m1 - (m2 - m1))
@@ -312,12 +321,12 @@ def _solve_template_cp(model, cluster, job, t: Template, base: StrategySpec, mem
 
 
 def polish(model, cluster, job, p: PipelinesSpec, memory_frac: float,
-           max_evals: int = 400) -> tuple[PipelinesSpec, Estimate | None]:
+           max_evals: int = 400, cache: dict | None = None) -> tuple[PipelinesSpec, Estimate | None]:
     """Exact-model local search: move one layer across a stage boundary or micro-batches between
     shapes while the step time improves. First improvement, scanning on from where the last move
     was found, until a full pass finds none or `max_evals` exact evaluations (a count, not a
-    clock, so results are reproducible) are spent."""
-    cache: dict = {}
+    clock, so results are reproducible) are spent. `cache`: the search's stage-cost memo (pure), shared."""
+    cache = {} if cache is None else cache
     best = _exact(model, cluster, job, p, memory_frac, cache)
     if best is None:
         return p, None
@@ -421,7 +430,7 @@ def standalone_throughputs(model: ModelSpec, cluster: ClusterSpec, job: JobSpec,
                 base = StrategySpec(micro_batch=lim.micro_batch or 1, zero=1 if lim.zero is None else lim.zero,
                                     recompute=rc, sequence_parallel=True if lim.sequence_parallel is None
                                     else lim.sequence_parallel)
-                ranked += standalone_best(model, g, job, base, memory_frac, lim=lim)
+                ranked += standalone_best(model, g, job, base, memory_frac, lim=lim, keep=1)
             if ranked:
                 best = max(best, job.tokens / min(r[0] for r in ranked))
         out[g.name] = best
@@ -466,15 +475,21 @@ def pipelines_dicts(p: PipelinesSpec) -> tuple[list[dict], dict]:
 
 def _runtime_ok(cluster: ClusterSpec, model: ModelSpec, p: PipelinesSpec, refused: list[str]) -> bool:
     """Whether the plan's runtime runs these shapes (its module's `shape_refusal`, when it has one)."""
-    rule = getattr(runtimes.module(p.runtime), "shape_refusal", None)
-    if rule is None:
-        return True
-    shapes, defaults = pipelines_dicts(p)
-    why = rule(shapes, defaults, devices_per_node={g.name: g.devices_per_node for g in cluster.groups},
-               tie_embeddings=model.tie_embeddings, families={g.name: g.chip.family for g in cluster.groups})
+    why = _refusal(cluster, model, p)
     if why:
         refused.append(why)
     return why is None
+
+
+def _refusal(cluster: ClusterSpec, model: ModelSpec, p: PipelinesSpec) -> str | None:
+    """Why the plan's runtime does not run these shapes (its module's `shape_refusal`), None when it runs them.
+    It reads the plan only (shapes, knobs, groups), never its estimate."""
+    rule = getattr(runtimes.module(p.runtime), "shape_refusal", None)
+    if rule is None:
+        return None
+    shapes, defaults = pipelines_dicts(p)
+    return rule(shapes, defaults, devices_per_node={g.name: g.devices_per_node for g in cluster.groups},
+                tie_embeddings=model.tie_embeddings, families={g.name: g.chip.family for g in cluster.groups})
 
 
 def _homogeneous_pipelines(model: ModelSpec, job: JobSpec, group: str, s: StrategySpec,
@@ -545,14 +560,21 @@ def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySp
     # exact estimates, most promising first; a solution whose linear pipeline time (a lower bound of its
     # exact step) is beyond the polish window of the best exact step so far can neither win nor be polished
     solved.sort(key=lambda x: (x[0], x[1]))
-    # keep to what the runtime runs (e.g. FlagScale: one pipeline, no cp/vpp in hetero mode)
-    refused: list[str] = []
+    # keep to what the runtime runs (e.g. FlagScale: one pipeline, no cp/vpp in hetero mode). The runtime's rule
+    # reads the plan, not its estimate, so it is asked first and a refused plan is not estimated: it changes
+    # nothing above (neither `results` nor the best step), and only the error for "no plan at all" lists the
+    # refusals of plans that fit (rebuilt below, in the same order, in that case only)
+    refused_unestimated: list[tuple[PipelinesSpec, str]] = []
     best_exact = math.inf
     for t_lin, label, (p, status, gap, _) in solved:
         if t_lin > best_exact * POLISH_WITHIN:
             break
+        why = _refusal(cluster, model, p)
+        if why is not None:
+            refused_unestimated.append((p, why))
+            continue
         e = _exact(model, cluster, job, p, memory_frac, cache)
-        if e is not None and _runtime_ok(cluster, model, p, refused):
+        if e is not None:
             results.append((e.step_time_s, label, p, e, status, gap))
             best_exact = min(best_exact, e.step_time_s)
     # each group's best homogeneous plans as they are (their own layer split): the solver re-decides a
@@ -562,11 +584,16 @@ def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySp
     for g in cluster.groups:
         for e0 in searched.get(g.name, []):
             hp = _homogeneous_pipelines(model, job, g.name, e0.strategy, base.runtime)
+            why = None if hp is None else _refusal(cluster, model, hp)
+            if why is not None:
+                refused_unestimated.append((hp, why))
+                continue
             e1 = None if hp is None else _exact(model, cluster, job, hp, memory_frac, cache)
-            if e1 is not None and _runtime_ok(cluster, model, hp, refused):
+            if e1 is not None:
                 s0 = e0.strategy
                 results.append((e1.step_time_s, f"{s0.dp}x[{g.name} tp{s0.tp} pp{s0.pp} cp{s0.cp} vpp{s0.vpp}, its "
                                 f"best plan alone] recompute {s0.recompute}", hp, e1, "OPTIMAL", 0.0))
+    refused: list[str] = []
     # exact-model polish of the most promising solutions (moving layers / micro-batches)
     results.sort(key=lambda r: (r[0], r[1]))
     polished = []
@@ -574,11 +601,14 @@ def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySp
     for n, (st_, lab, p, e, status, gap) in enumerate(cut):
         tell("polishing the best plans", n, len(cut))
         budget = POLISH_EVALS // 2 if n == 0 else POLISH_EVALS // (2 * max(1, len(cut) - 1))
-        p2, e2 = polish(model, cluster, job, p, memory_frac, budget)
+        p2, e2 = polish(model, cluster, job, p, memory_frac, budget, cache)
         ok2 = e2 is not None and _runtime_ok(cluster, model, p2, refused)
         polished.append((e2.step_time_s, lab, p2, e2, status, gap) if ok2 else (st_, lab, p, e, status, gap))
     results = polished + results[len(cut):]
     if not results:
+        # the runtime's refusals of the plans that fit in memory, in the order they were met
+        refused = [why for p_, why in refused_unestimated
+                   if why and _exact(model, cluster, job, p_, memory_frac, cache) is not None]
         if refused:
             raise SpecError("runtime", f"{base.runtime} runs none of the {len(refused)} plans that fit; first: "
                             f"{refused[0]}")
@@ -589,7 +619,7 @@ def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySp
     if stopped:
         status = f"FEASIBLE (time limit: {solves} of {n_temps} templates solved)"
     p = normalized(p)
-    e = _exact(model, cluster, job, p, memory_frac) or e
+    e = _exact(model, cluster, job, p, memory_frac, cache) or e
     runners = tuple((lab, e_) for _st, lab, _p, e_, *_ in results[1:6])
     tell("the best plan of each chip group alone", 0, 1)
     standalone = standalone_throughputs(model, cluster, job, memory_frac, time_limit_s, searched, lim, base.runtime)

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from itertools import combinations, permutations, product
 
 from baige_plan.cost.compute import ChipRates
-from baige_plan.cost.estimate import Estimate, engine_precision
-from baige_plan.cost.hetero import estimate_pipelines
+from baige_plan.cost.estimate import Estimate, StageCost, engine_precision, stage_cost
+from baige_plan.cost.hetero import _p2p_links, _stage_strategy, estimate_pipelines
 from baige_plan.errors import SpecError
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
@@ -144,12 +144,21 @@ def exact(model, cluster, job, p: PipelinesSpec, memory_frac: float, cache: dict
 
 
 def standalone_best(model: ModelSpec, g: GroupSpec, job: JobSpec, base: StrategySpec, memory_frac: float,
-                    max_pp: int = 64, lim: Limits = Limits()) -> list[tuple[float, tuple[int, int, int], Estimate]]:
+                    max_pp: int = 64, lim: Limits = Limits(), keep: int | None = None
+                    ) -> list[tuple[float, tuple[int, int, int], Estimate]]:
     """Best plans of one group alone (same model and job): (step s, (tp, pp, dp), estimate), fastest
     first, over tp and pp with the layers split as evenly as possible (uneven when pp does not
-    divide them), all the group's devices used."""
-    out = []
+    divide them), all the group's devices used. `keep`: only the first `keep` of that list (the same
+    entries). Each plan's first stage is costed first, exactly as the estimate costs it: a plan whose first
+    stage does not fit in memory does not fit (it is not estimated), and with `keep`, nor is a plan whose
+    step is bound to exceed the keep-th fastest found (step >= m x that stage's time: the pipeline runs m
+    micro-batches through its slowest stage; exposed DP traffic and the optimizer step add to it)."""
+    if keep is not None and keep < 1:
+        return []
     cl = ClusterSpec(name=g.name, groups=(g,))
+    cap = g.chip.need("memory_gib") * memory_frac
+    cache: dict = {}        # the stage costs of these plans (pure): each plan's first stage is costed once
+    todo = []       # (bound, (tp, pp, dp), plan): the plans that may fit, most promising first
     for tp in tp_options(model, g, lim):
         for pp in range(1, min(max_pp, model.layers) + 1):
             if g.devices % (tp * pp) or not lim.pp_ok(pp):
@@ -163,11 +172,33 @@ def standalone_best(model: ModelSpec, g: GroupSpec, job: JobSpec, base: Strategy
                               runtime=base.runtime,
                               recompute=base.recompute, sequence_parallel=bool(base.sequence_parallel),
                               attention=base.attention)
-            e = exact(model, cl, job, p, memory_frac)
-            if e is not None:
-                out.append((e.step_time_s, (tp, pp, dp), e))
+            c0 = _first_stage(model, cl, job, p, cache)
+            if c0 is not None and c0.memory_gib > cap:
+                continue            # estimate_pipelines: fits is False (exact: None)
+            todo.append((m * c0.time_s if c0 is not None else 0.0, (tp, pp, dp), p))
+    todo.sort(key=lambda x: (x[0], x[1]))
+    out = []
+    for bound, key, p in todo:
+        if keep is not None and len(out) >= keep and bound > sorted(x[0] for x in out)[keep - 1]:
+            break                   # step >= its bound > the keep-th best, and so for every later plan
+        e = exact(model, cl, job, p, memory_frac, cache)
+        if e is not None:
+            out.append((e.step_time_s, key, e))
     out.sort(key=lambda t: (t[0], t[1]))
-    return out
+    return out if keep is None else out[:keep]
+
+
+def _first_stage(model: ModelSpec, cl: ClusterSpec, job: JobSpec, p: PipelinesSpec,
+                 memo: dict | None = None) -> StageCost | None:
+    """Stage 0 of a one-shape plan, costed exactly as cost/hetero.py estimate_pipelines costs it (the same
+    stage_cost call); None when the cost model refuses it (the estimate then says so)."""
+    sh = p.shapes[0]
+    st = sh.stages[0]
+    try:
+        return stage_cost(model, cl.group(st.group), job, _stage_strategy(p, sh, st), 0, st.layers[0], st.n_layers,
+                          sh.micro_batches, p2p_links=_p2p_links(cl, sh, 0), memo=memo)
+    except SpecError:
+        return None
 
 
 def search_group(model: ModelSpec, g: GroupSpec, job: JobSpec, memory_frac: float, top: int,
@@ -185,7 +216,7 @@ def search_group(model: ModelSpec, g: GroupSpec, job: JobSpec, memory_frac: floa
         pins = Pins(tp=lim.tp, pp=lim.pp, zero=lim.zero, micro_batch=lim.micro_batch, recompute=lim.recompute,
                     sequence_parallel=lim.sequence_parallel)
         return list(search(model, ClusterSpec(name=g.name, groups=(g,)), job, bounds, pins,
-                           top=top, time_limit_s=time_limit_s).plans)
+                           top=top, time_limit_s=time_limit_s, dp_bound=True).plans)
     except SpecError:
         return []
 
@@ -197,7 +228,7 @@ def group_plans(model: ModelSpec, g: GroupSpec, job: JobSpec, base: StrategySpec
     search's top plans (their layer split is re-decided by the solver) and even/uneven pipelines
     at the plan-wide settings."""
     out = [(e.step_time_s, e.strategy.tp, e.strategy.pp, e.strategy.dp, knobs_of(e.strategy)) for e in searched]
-    for t, (tp, pp, dp), _e in standalone_best(model, g, job, base, memory_frac, lim=lim)[:top]:
+    for t, (tp, pp, dp), _e in standalone_best(model, g, job, base, memory_frac, lim=lim, keep=top):
         out.append((t, tp, pp, dp, ShapeKnobs()))
     out.sort(key=lambda x: (x[0], x[1], x[2], x[3], sorted(x[4].items().items())))
     return out[:top]

@@ -8,6 +8,12 @@
 4. Best-first: walk rows by (lower bound, candidate tuple) and run the full `estimate` until the
    next lower bound exceeds the K-th best step time found. What is skipped cannot beat the K best,
    so the result equals ranking the whole space by `estimate` (search/oracle.py checks this).
+5. With `dp_bound` (the heterogeneous solver's per-group searches), before a pipelined row's full estimate,
+   once K plans are found: a second lower bound that adds the exposed data-parallel sync
+   (`bounds.Bounds.dp_lb_s`: stage 0 and its gradient/parameter traffic costed exactly, the other stages by
+   their bounds); a row above the K-th best step is skipped, not estimated. It only removes rows that cannot
+   be among the K best, so the plans are those of step 4; only the count of full estimates (`evaluated`, which
+   plan files record) drops, which is why a homogeneous `plan` leaves it off.
 Ranking key: (step time, candidate tuple) — ties broken by the tuple, deterministically.
 With a time limit, an unfinished walk reports status FEASIBLE and the gap
 (best - smallest unexplored lower bound) / best.
@@ -24,7 +30,7 @@ import numpy as np
 from baige_plan.cost.estimate import Estimate, estimate
 from baige_plan.errors import SpecError
 from baige_plan.search.bounds import Bounds as CostBounds
-from baige_plan.search.space import Bounds, Cand, Pins, space_array, to_strategy
+from baige_plan.search.space import COL, Bounds, Cand, Pins, space_array, to_strategy
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
 from baige_plan.specs.strategy import StrategySpec, check_strategy, infer_dp
@@ -54,8 +60,9 @@ class SearchResult:
 
 def search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, bounds: Bounds = Bounds(),
            pins: Pins = Pins(), top: int = 1, time_limit_s: float | None = None,
-           progress: Callable[[int, int], None] | None = None) -> SearchResult:
-    """The `top` fastest fitting strategies (exact optimum of `estimate` over the space)."""
+           progress: Callable[[int, int], None] | None = None, dp_bound: bool = False) -> SearchResult:
+    """The `top` fastest fitting strategies (exact optimum of `estimate` over the space). `dp_bound`: step 5 of
+    the module docstring (the same plans; fewer full estimates, so `evaluated` differs)."""
     if cluster.is_heterogeneous:
         raise SpecError("cluster", f"{cluster.name!r} has {len(cluster.groups)} groups; the search handles "
                         "one group (heterogeneous planning is a later issue)")
@@ -68,11 +75,12 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, bounds: Bounds 
     feasible = int(np.count_nonzero(mem <= cap))
     keep = mem <= cap * (1 + MEMORY_SLACK)
     rows = a[keep]
-    lb = cb.time_lb_s(rows)
+    lb, _micro, t_max_lb, total_lb, t0_lb, opt_lb = cb.time_lb_parts(rows)
     order = np.lexsort(tuple(rows[:, c] for c in reversed(range(rows.shape[1]))) + (lb,))
     best: list[tuple[float, Cand, Estimate]] = []
     evaluated = 0
     status, gap = "OPTIMAL", 0.0
+    pp_col = COL["pp"]
     for n, i in enumerate(order.tolist()):
         if len(best) >= top and lb[i] > best[-1][0]:
             break
@@ -81,7 +89,17 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, bounds: Bounds 
             gap = max(0.0, (best[0][0] - float(lb[i])) / best[0][0])
             break
         key = tuple(int(x) for x in rows[i])
-        e = estimate(model, cluster, job, to_strategy(key, bounds.runtime), bounds.max_memory_frac)
+        s = to_strategy(key, bounds.runtime)
+        if dp_bound and len(best) >= top and key[pp_col] > 1:
+            # 5. a pipelined row whose bound with stage 0 and its data-parallel sync costed exactly
+            # (bounds.Bounds.dp_lb_s) is above the K-th best step cannot enter the K best: skip its estimate
+            try:
+                if cb.dp_lb_s(s, float(t_max_lb[i]), float(total_lb[i]), float(t0_lb[i]), float(opt_lb[i])) \
+                        > best[-1][0]:
+                    continue
+            except SpecError:
+                pass        # the estimate below says why
+        e = estimate(model, cluster, job, s, bounds.max_memory_frac, memo=cb.memo)
         evaluated += 1
         if progress is not None and evaluated % 50 == 0:
             progress(n, len(order))
