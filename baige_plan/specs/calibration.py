@@ -57,11 +57,14 @@ class Calibration:
     # rows state their delayed-scaling fp8 recipe. zero3_overlap (DeepSpeed) is the one committed value that is
     # not the all-source fit: its only runs are the six Narayanan 2021 Table 2 ZeRO-3 rows, whose median
     # objective takes 0.826 and leaves the two compute-bound rows (384 and 640 GPUs, where the overlap matters
-    # most) at -16 % and -22 %; 0.55 keeps every row within 5 % of its measurement (tests/test_golden.py)
-    gemm_scale: float = 0.964
+    # most) at -16 % and -22 %; 0.55 keeps every row within 5 % of its measurement (tests/test_golden.py).
+    # gemm_scale 0.964 -> 0.98 and hopper 0.932 -> 0.921 once PyTorch-loop full recomputation stops early
+    # (cost/recompute.py): the LLM Foundry / fms-fsdp full-AC rows had been 8-12 % too slow, which the shared
+    # efficiency constants had partly absorbed.
+    gemm_scale: float = 0.98
     zero3_overlap: float = 0.55
     zero3_overlap_fsdp: float = 0.871
-    gemm_scale_hopper: float = 0.932
+    gemm_scale_hopper: float = 0.921
     gemm_scale_blackwell: float = 0.783
     gemm_scale_ascend: float = 0.771
     gemm_scale_gaudi: float = 0.991
