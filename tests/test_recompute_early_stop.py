@@ -106,3 +106,29 @@ def test_step_saves_the_last_gemm_of_every_recomputed_layer():
     expected = model.layers * micro_batches * down
     assert off.breakdown_s["compute"] - on.breakdown_s["compute"] == pytest.approx(expected, rel=1e-6)
     assert on.step_time_s < off.step_time_s
+
+
+def test_flash_xent_loss_holds_and_moves_two_16bit_copies_of_the_logits():
+    # flash_attn.losses.cross_entropy (LLM Foundry MPT's default loss_fn): forward reads the bf16 logits, backward reads
+    # them and writes their bf16 gradient; it holds both. Hand-derived for 8192 tokens x 50368 vocab on one device.
+    from baige_plan.cost.estimate import _logits_terms
+    from baige_plan.cost.flops import logits_gemm
+    g = _h200()
+    r = ChipRates.of(g.chip, "bf16")
+    m = ModelSpec("mpt-1b", 24, 2048, 16, 8192, 50368, seq_len=2048, activation="gelu", tie_embeddings=True)
+    s = StrategySpec(dp=8, zero=3, micro_batch=4, execution="eager", runtime="torchtitan", loss_kernel="flash_xent")
+    f, b, act = _logits_terms(m, s, r, 8192)
+    logits = 8192 * 50368
+    t_gemm = gemm_time_s(logits_gemm(m, 8192, 1), r)
+    assert act == pytest.approx(logits * 4)                       # 2 B logits + 2 B gradient
+    assert f - t_gemm == pytest.approx(logits * 2 / r.hbm_Bps)
+    assert b - 2 * t_gemm == pytest.approx(logits * 4 / r.hbm_Bps)
+    f0, b0, act0 = _logits_terms(m, replace(s, loss_kernel=""), r, 8192)
+    assert act0 > act and f0 > f and b0 > b                        # torchtitan's fp32 eager loss holds and moves more
+
+
+def test_llm_foundry_rows_take_flash_xent():
+    from baige_plan.io.runs import _loss_kernel
+    assert _loss_kernel({"framework": "LLM Foundry v0.3.0 on MosaicML Composer"}, []) == "flash_xent"
+    assert _loss_kernel({"framework": "torchtitan @ 2024-04 (FSDP2, 1D)"}, []) == ""
+    assert _loss_kernel({"framework": "LLM Foundry", "loss_kernel": "flash_xent"}, []) == "flash_xent"

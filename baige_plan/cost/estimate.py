@@ -520,11 +520,18 @@ def _logits_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, tokens: float
     eager PyTorch measured, cost/execution.py), half the loss traffic in the forward, half in the backward."""
     lg = logits_gemm(model, tokens, s.tp)
     t_lf = gemm_time_s(lg, r)
+    logits = tokens * model.vocab / s.tp
+    if s.loss_kernel == "flash_xent":
+        # flash_attn.losses.cross_entropy (one Triton kernel per pass over the 16-bit logits, fp32 math in registers):
+        # the forward reads them (the per-row loss and log-sum-exp are all it writes), the backward reads them and
+        # writes their 16-bit gradient; it holds the logits and, in the backward, that gradient
+        return (t_lf + logits * r.act_bytes / r.hbm_Bps, 2 * t_lf + 2 * logits * r.act_bytes / r.hbm_Bps,
+                logits * 2 * r.act_bytes)
     per_logit = EAGER.loss_bytes_per_logit if s.execution == "eager" else FUSED_LOSS_BYTES_PER_LOGIT
-    ce = tokens * model.vocab / s.tp * per_logit / 2 / r.hbm_Bps
+    ce = logits * per_logit / 2 / r.hbm_Bps
     eager_extra = EAGER.extra_loss_activation_bytes_per_logit
-    act = tokens * model.vocab / s.tp * loss_bytes_per_logit(runtimes.get(s.runtime).memory.loss, s.execution, s.tp,
-                                                             r.act_bytes, eager_extra)
+    act = logits * loss_bytes_per_logit(runtimes.get(s.runtime).memory.loss, s.execution, s.tp, r.act_bytes,
+                                        eager_extra)
     return t_lf + ce, 2 * t_lf + ce, act
 
 

@@ -277,6 +277,20 @@ def _recompute_early_stop(par: dict, runtime: str, notes: list[str]) -> str:
     return ""
 
 
+def _loss_kernel(par: dict, notes: list[str]) -> str:
+    """The cross-entropy kernel a row ran (StrategySpec.loss_kernel): `parallel.loss_kernel` when given; LLM Foundry's
+    MPT models default to flash-attn's fused cross-entropy (llmfoundry/models/mpt/modeling_mpt.py ComposerMPTCausalLM:
+    om_model_config.get('loss_fn', 'fused_crossentropy') -> flash_attn.losses.cross_entropy.CrossEntropyLoss, at
+    5f43bf1 2023-05-03, b2a43a1 2023-10-19 and v0.4.0); else the runtime's."""
+    if par.get("loss_kernel"):
+        return str(par["loss_kernel"])
+    fw = str(par.get("framework") or "").lower()
+    if any(k in fw for k in ("llm foundry", "llm-foundry", "llmfoundry")):
+        notes.append("loss: flash-attn fused cross-entropy (LLM Foundry MPT default loss_fn fused_crossentropy)")
+        return "flash_xent"
+    return ""
+
+
 def _execution(framework) -> str:
     """Eager PyTorch with autocast (plain torch / FSDP / HF) vs fused-kernel frameworks (Megatron,
     NeMo, DeepSpeed, Paddle, torchtitan)."""
@@ -461,6 +475,7 @@ def _case(row: dict, rid: str, md: dict, hw: dict, par: dict, notes: list[str], 
                                            strict=True)),
                                 moe_dispatcher=_moe_dispatcher(row, par, notes) if model.moe is not None else "",
                                 recompute_early_stop=_recompute_early_stop(par, runtime, notes),
+                                loss_kernel=_loss_kernel(par, notes),
                                 **dict(zip(("grad_reduce_bf16", "fp8_param_gather", "optimizer_bytes_per_param"),
                                            _recipe_memory(par, _precision(par.get("precision")), runtime,
                                                           _zero(par), notes), strict=True)))
