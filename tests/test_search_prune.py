@@ -155,6 +155,65 @@ def test_refusal_is_what_runtime_ok_decides():
     assert seen[True] and seen[False]
 
 
+def test_split_free_refusal_is_the_refusal_of_every_solution():
+    """A template FlagScale refuses whatever its layer split is not solved: its refusal is word for word the one
+    `shape_refusal` gives each of its solutions (CP-SAT's and any other split), and it claims no template whose
+    stages stay on one group at one tp (there the split decides)."""
+    from baige_plan.search import hetero as H
+    from baige_plan.specs.runtimes import flagscale as F
+
+    model, job = CAT.model("opt-350m"), JobSpec(1024, 2048, "fp32")
+    base = StrategySpec(sequence_parallel=True, **runtimes.knobs("flagscale"))
+    temps, _ = H._templates(model, SAILOR, job, base, 0.9, 2, None)
+    claims = checked = 0
+    for t in temps:
+        why = H._template_refusal(model, SAILOR, t, base)
+        segs = t.shapes[0][1]
+        if len({g for g, *_ in segs}) == 1 and len({tp for _, tp, _ in segs}) == 1:
+            assert why is None
+        if why is None:
+            continue
+        claims += 1
+        sol = H._solve_template(model, SAILOR, job, t, base, 0.9, 0.1)
+        if sol is not None:
+            checked += 1
+            assert H._refusal(SAILOR, model, sol[0]) == why
+            shapes, defaults = H.pipelines_dicts(sol[0])
+            st = shapes[0]["stages"]     # another split: one layer moved from the last stage to the first
+            if st[-1]["layers"][1] - st[-1]["layers"][0] > 1:
+                moved = [dict(x) for x in st]
+                moved[0]["layers"] = [0, st[0]["layers"][1] + 1]
+                for x in moved[1:-1]:
+                    x["layers"] = [x["layers"][0] + 1, x["layers"][1] + 1]
+                moved[-1]["layers"] = [st[-1]["layers"][0] + 1, st[-1]["layers"][1]]
+                assert F.shape_refusal([dict(shapes[0], stages=moved)], defaults,
+                                       **H._refusal_context(SAILOR, model)) == why
+    assert claims and checked
+    assert F.split_free_refusal({"replicas": 2, "segments": [("a", 1, 2)]}) is None
+    assert F.meshes((("a", 0, 1, 1), ("a", 1, 2, 1), ("b", 2, 4, 2)), 2, {"cp": 1, "ep": 1}) == \
+        F._meshes([("a", 1, 2), ("b", 2, 1)], 2, {"cp": 1, "ep": 1})
+    assert F.meshes((("a", 0, 1, 1), ("a", 1, 2, 1)), 2, {"cp": 1, "ep": 1}, split=True)[1]["first_stage"] == 1
+
+
+@pytest.mark.slow          # four solves: seconds
+def test_no_plan_error_is_the_same_with_templates_refused_unsolved(monkeypatch):
+    """With nothing the runtime runs, the templates refused whatever their split are solved after all, so the
+    error names the same refusals in the same order as when every template is solved."""
+    from baige_plan.errors import SpecError
+    from baige_plan.search import hetero as H
+
+    model, job = CAT.model("opt-350m"), JobSpec(1024, 2048, "fp32")
+    base = StrategySpec(sequence_parallel=True, **runtimes.knobs("flagscale"))
+    real = H._refusal
+    monkeypatch.setattr(H, "_refusal", lambda cluster, m, p: real(cluster, m, p) or "refused: " + str(p.shapes))
+    with pytest.raises(SpecError) as skipped:
+        H.solve(model, SAILOR, job, base)
+    monkeypatch.setattr(H, "_template_refusal", lambda *a, **k: None)
+    with pytest.raises(SpecError) as solved_all:
+        H.solve(model, SAILOR, job, base)
+    assert skipped.value.reason == solved_all.value.reason
+
+
 @pytest.mark.slow          # two solves and every template again: seconds
 def test_no_plan_error_names_the_refusals_of_plans_that_fit(monkeypatch):
     """Nothing the runtime runs: the error counts the refused plans that fit in memory and names the first, in the

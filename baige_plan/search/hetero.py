@@ -488,8 +488,34 @@ def _refusal(cluster: ClusterSpec, model: ModelSpec, p: PipelinesSpec) -> str | 
     if rule is None:
         return None
     shapes, defaults = pipelines_dicts(p)
-    return rule(shapes, defaults, devices_per_node={g.name: g.devices_per_node for g in cluster.groups},
-                tie_embeddings=model.tie_embeddings, families={g.name: g.chip.family for g in cluster.groups})
+    return rule(shapes, defaults, **_refusal_context(cluster, model))
+
+
+def _refusal_context(cluster: ClusterSpec, model: ModelSpec) -> dict:
+    return {"devices_per_node": {g.name: g.devices_per_node for g in cluster.groups},
+            "tie_embeddings": model.tie_embeddings, "families": {g.name: g.chip.family for g in cluster.groups}}
+
+
+def _template_refusal(model: ModelSpec, cluster: ClusterSpec, t: Template, base: StrategySpec,
+                      memo: dict | None = None) -> str | None:
+    """Why the runtime refuses every solution of template t whatever its layer split (the runtime's
+    `split_free_refusal`), None when it may run one or cannot tell without the split. `memo`: what the calls of
+    one search share (the rule, the plan-wide knobs of each base, the cluster's groups)."""
+    memo = {} if memo is None else memo
+    key = ("template-refusal", base)
+    if key not in memo:
+        # what pipelines_dicts gives `shape_refusal` for the template's solutions (built on the same base)
+        _, defaults = pipelines_dicts(PipelinesSpec((), micro_batch=base.micro_batch, zero=base.zero,
+                                                    recompute=base.recompute,
+                                                    sequence_parallel=bool(base.sequence_parallel),
+                                                    attention=base.attention, runtime=base.runtime))
+        memo[key] = (getattr(runtimes.module(base.runtime), "split_free_refusal", None), defaults,
+                     _refusal_context(cluster, model))
+    rule, defaults, ctx = memo[key]
+    if rule is None or len(t.shapes) != 1 or sum(n for _g, _tp, n in t.shapes[0][1]) > model.layers:
+        return None
+    r, segs, kn = t.shapes[0]
+    return rule({"replicas": r, "strategy": dict(kn.items()), "segments": segs}, defaults, **ctx)
 
 
 def _homogeneous_pipelines(model: ModelSpec, job: JobSpec, group: str, s: StrategySpec,
@@ -548,11 +574,20 @@ def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySp
     cache: dict = {}
     solved = []
     stopped = False
+    # templates the runtime refuses whatever their layer split (FlagScale: split_free_refusal) are not solved:
+    # their solutions would be refused below before being estimated. They count as solved; only the error for
+    # "no plan at all", which lists the refusals of plans that fit, solves them (below)
+    unsolved_refused: list[tuple[Template, StrategySpec]] = []
+    refusal_memo: dict = {}
     for t, v in pending:
         if solved and time.perf_counter() > deadline:
             stopped = True          # --time-limit: keep what is solved (status FEASIBLE below)
             break
         tell("solving pipeline templates with CP-SAT", solves, n_temps)
+        if _template_refusal(model, cluster, t, v, refusal_memo) is not None:
+            unsolved_refused.append((t, v))
+            solves += 1
+            continue
         sol = _solve_template(model, cluster, job, t, v, memory_frac, per, cache)
         solves += 1
         if sol is not None:
@@ -577,6 +612,7 @@ def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySp
         if e is not None:
             results.append((e.step_time_s, label, p, e, status, gap))
             best_exact = min(best_exact, e.step_time_s)
+    n_refused_solved = len(refused_unestimated)
     # each group's best homogeneous plans as they are (their own layer split): the solver re-decides a
     # template's split, and a split Megatron's first/last stages cannot express needs the runtime's hetero
     # mode, which may refuse what the plain plan runs (FlagScale: no cp there), so the best single-group plan
@@ -593,6 +629,7 @@ def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySp
                 s0 = e0.strategy
                 results.append((e1.step_time_s, f"{s0.dp}x[{g.name} tp{s0.tp} pp{s0.pp} cp{s0.cp} vpp{s0.vpp}, its "
                                 f"best plan alone] recompute {s0.recompute}", hp, e1, "OPTIMAL", 0.0))
+    refused_homogeneous = refused_unestimated[n_refused_solved:]
     refused: list[str] = []
     # exact-model polish of the most promising solutions (moving layers / micro-batches)
     results.sort(key=lambda r: (r[0], r[1]))
@@ -606,6 +643,17 @@ def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySp
         polished.append((e2.step_time_s, lab, p2, e2, status, gap) if ok2 else (st_, lab, p, e, status, gap))
     results = polished + results[len(cut):]
     if not results:
+        if unsolved_refused:
+            # the templates refused whatever their split, solved as the loop above would have: with no plan at
+            # all, that loop met every solution (best_exact stayed inf), refused or not fitting, in this order
+            for t, v in unsolved_refused:
+                sol = _solve_template(model, cluster, job, t, v, memory_frac, per, cache)
+                if sol is not None:
+                    solved.append((sol[3], f"{t.label()} recompute {v.recompute}", sol))
+            solved.sort(key=lambda x: (x[0], x[1]))
+            refused_unestimated = [(p_, why) for p_, why in ((x[2][0], _refusal(cluster, model, x[2][0]))
+                                                             for x in solved) if why is not None]
+            refused_unestimated += refused_homogeneous
         # the runtime's refusals of the plans that fit in memory, in the order they were met
         refused = [why for p_, why in refused_unestimated
                    if why and _exact(model, cluster, job, p_, memory_frac, cache) is not None]

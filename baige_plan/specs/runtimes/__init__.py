@@ -9,6 +9,7 @@ chip groups default to FlagScale, the heterogeneous runtime (specs/runtimes/flag
 
 from __future__ import annotations
 
+from functools import cache
 from importlib import import_module
 from types import ModuleType
 
@@ -22,7 +23,9 @@ DEFAULT = "megatron"
 DEFAULT_HETEROGENEOUS = "flagscale"
 
 
+@cache
 def module(name: str) -> ModuleType:
+    """The runtime's module (imported on first use; the lookup is memoised: the search asks it per stage)."""
     if name not in NAMES + BACKTEST_ONLY:
         raise SpecError("runtime", f"unknown runtime {name!r} (one of {', '.join(NAMES)})")
     return import_module(f"baige_plan.specs.runtimes.{name.replace('-', '_')}")   # megatron-local: megatron_local.py

@@ -190,13 +190,23 @@ def meshes(stages: tuple, replicas: int, knobs: dict, split: bool = False) -> li
     """FlagScale process meshes in pipeline order, each {group, tp, cp, ep, dp, pp, first_stage, run, label}:
     maximal runs of consecutive stages on the same group with the same tp, or (split) one mesh per stage.
     The label is the group name, suffixed _1, _2, ... when the group hosts separate parts of the pipeline."""
+    return _meshes([(g, tp, 1) for g, _a, _b, tp in stages], replicas, knobs, split)
+
+
+def _meshes(segs: list[tuple[str, int, int]], replicas: int, knobs: dict, split: bool = False) -> list[dict]:
+    """`meshes` of stages given as runs (group, tp, consecutive stages)."""
     out: list[dict] = []
-    for i, (g, _a, _b, tp) in enumerate(stages):
+    i = 0
+    for g, tp, n in segs:
         if out and not split and out[-1]["group"] == g and out[-1]["tp"] == tp:
-            out[-1]["pp"] += 1
+            out[-1]["pp"] += n
+        elif split:
+            out += [{"group": g, "tp": tp, "cp": knobs["cp"], "ep": knobs["ep"], "dp": replicas, "pp": 1,
+                     "first_stage": i + k} for k in range(n)]
         else:
-            out.append({"group": g, "tp": tp, "cp": knobs["cp"], "ep": knobs["ep"], "dp": replicas, "pp": 1,
+            out.append({"group": g, "tp": tp, "cp": knobs["cp"], "ep": knobs["ep"], "dp": replicas, "pp": n,
                         "first_stage": i})
+        i += n
     # one label per run of consecutive meshes on the same group (RankMapper sorts ranks by label)
     runs: dict[str, int] = {}
     prev = None
@@ -218,6 +228,25 @@ def miswired(ms: list[dict]) -> list[dict]:
     last-stage ranks get no receiver). Every mesh but the last is affected. The expert coordinates drop ep
     the same way (pp > 1 with ep > 1 is wrong too)."""
     return [x for x in ms[:-1] if x["pp"] > 1 and (x["dp"] * x["cp"] > 1 or x["ep"] > 1)]
+
+
+def split_free_refusal(shape: dict, defaults: dict | None = None, *, devices_per_node: dict[str, int] | None = None,
+                       tie_embeddings: bool = False, families: dict[str, str] | None = None) -> str | None:
+    """`shape_refusal` of every plan of one pipeline shape given as runs of stages, whatever its layer split (at
+    least one layer per stage), or None when the split may change the answer (then ask `shape_refusal` of the
+    split plan). `shape`: {replicas, optional strategy, segments: [(group, tp, stages), ...] in pipeline order};
+    `defaults` and the keywords as in `shape_refusal`. Stages on several groups or at several tp always need the
+    hetero mode, and from there on the rule reads the meshes and knobs, never a layer range: the answer is
+    `shape_refusal`'s, word for word. One group at one tp may run as plain Megatron-LM or not, by its split.
+    Lets the search skip a template refused whatever its split. Pure."""
+    segs = [(g, int(tp), int(n)) for g, tp, n in shape["segments"]]
+    if any(n < 1 for *_, n in segs) or (len({g for g, *_ in segs}) <= 1 and len({t for _, t, _ in segs}) <= 1):
+        return None
+    kn = _knobs(shape, defaults)
+    if kn["zero"] not in (0, 1):
+        return _ZERO_REFUSAL.format(zero=kn["zero"])
+    # the meshes of any split of these stages (meshes() reads their groups and tp, not their layers)
+    return _hetero_refusal(_meshes(segs, int(shape["replicas"]), kn), kn, devices_per_node, tie_embeddings, families)
 
 
 def shape_refusal(pipelines: list[dict], defaults: dict | None = None, *,
@@ -252,10 +281,18 @@ def shape_refusal(pipelines: list[dict], defaults: dict | None = None, *,
     if any(c < 1 for c in counts):
         return f"FlagScale builds at least one layer per pipeline stage (layer split {counts})"
     if kn["zero"] not in (0, 1):
-        return f"FlagScale runs ZeRO 0 and 1 (distributed optimizer), not zero={kn['zero']}"
+        return _ZERO_REFUSAL.format(zero=kn["zero"])
     if not needs_hetero(st):
         return None     # plain Megatron-LM mode: RUNTIME.refusal covers the strategy
-    ms = meshes(st, m["replicas"], kn)
+    return _hetero_refusal(meshes(st, m["replicas"], kn), kn, devices_per_node, tie_embeddings, families)
+
+
+_ZERO_REFUSAL = "FlagScale runs ZeRO 0 and 1 (distributed optimizer), not zero={zero}"
+
+
+def _hetero_refusal(ms: list[dict], kn: dict, devices_per_node: dict[str, int] | None, tie_embeddings: bool,
+                    families: dict[str, str] | None) -> str | None:
+    """`shape_refusal` of one pipeline in hetero mode, from its meshes and knobs."""
     layout = " > ".join(f"{x['group']} tp{x['tp']} pp{x['pp']}" for x in ms)
     if kn["cp"] != 1:
         return (f"FlagScale's heterogeneous mode has no context parallelism (ParallelContext asserts "
