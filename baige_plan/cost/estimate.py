@@ -57,7 +57,7 @@ from baige_plan.cost.moe import (
     moe_layer_terms,
 )
 from baige_plan.cost.params import layer_params_split
-from baige_plan.cost.recompute import LAST_GEMM, early_stop_skip_s, recompute_early_stop
+from baige_plan.cost.recompute import early_stop_skip_s, recompute_early_stop
 from baige_plan.specs import runtimes
 from baige_plan.specs.calibration import COMMITTED, Calibration
 from baige_plan.specs.job import JobSpec
@@ -369,11 +369,10 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
         t_rc_tp, skip_flops = t_tp, 0.0
         if recompute_early_stop(s) and not moe and not timed:
             # the recomputed forward stops before the layer's last GEMM and its TP collective (early_stop_skip_s)
-            skip_g, skip_c = early_stop_skip_s(lin, r, C.reduce_scatter_s(act_sz, tp_link) if sp
-                                               else C.all_reduce_s(act_sz, tp_link), s.tp)
+            skip_g, skip_c, skip_flops = early_stop_skip_s(lin, r, C.reduce_scatter_s(act_sz, tp_link) if sp
+                                                           else C.all_reduce_s(act_sz, tp_link), s.tp)
             lr -= skip_g
             t_rc_tp = max(t_tp - skip_c, 0.0)
-            skip_flops = sum(g.flops for g in lin if g.name == LAST_GEMM)
         if timed:
             lr = meas.recompute_s
         rc = lr

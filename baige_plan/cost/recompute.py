@@ -39,8 +39,10 @@ def recompute_early_stop(s: StrategySpec) -> bool:
     return runtimes.get(s.runtime).recompute_early_stop
 
 
-def early_stop_skip_s(lin: list[Gemm], r: ChipRates, last_collective_s: float, tp: int) -> tuple[float, float]:
-    """(GEMM seconds, TP-collective seconds) of a dense layer's forward that early-stopped recomputation skips: the
-    last GEMM and, with tp > 1, the collective after it (reduce-scatter with sequence parallelism, else all-reduce)."""
-    g = sum(gemm_time_s(x, r) for x in lin if x.name == LAST_GEMM)
-    return g, (last_collective_s if tp > 1 else 0.0)
+def early_stop_skip_s(lin: list[Gemm], r: ChipRates, last_collective_s: float,
+                      tp: int) -> tuple[float, float, float]:
+    """(GEMM seconds, TP-collective seconds, FLOPs) of a dense layer's forward that early-stopped recomputation skips:
+    the last GEMM and, with tp > 1, the collective after it (reduce-scatter with sequence parallelism, else
+    all-reduce)."""
+    last = [x for x in lin if x.name == LAST_GEMM]
+    return sum(gemm_time_s(x, r) for x in last), (last_collective_s if tp > 1 else 0.0), sum(x.flops for x in last)

@@ -81,7 +81,9 @@ def _time(fn, warmup: int, reps: int) -> float:
     return statistics.median(ts)
 
 
-def measure(name: str, mb: int, seq: int, layers: int, warmup: int, reps: int) -> dict:
+def _runner(name: str, mb: int, seq: int, layers: int):
+    """run(ckpt, backward): one forward (each layer checkpointed when ckpt) of `layers` bf16 layers of shape `name`
+    on a [mb, seq, h] input, and its backward when asked (gradients dropped after it)."""
     h, ffn, heads, kv, mlp, norm = SHAPES[name]
     torch.manual_seed(0)
     mods = torch.nn.ModuleList([Layer(h, ffn, heads, kv, mlp, norm) for _ in range(layers)]).cuda().bfloat16()
@@ -97,6 +99,11 @@ def measure(name: str, mb: int, seq: int, layers: int, warmup: int, reps: int) -
                 p.grad = None
             x0.grad = None
 
+    return run
+
+
+def measure(name: str, mb: int, seq: int, layers: int, warmup: int, reps: int) -> dict:
+    run = _runner(name, mb, seq, layers)
     fwd = _time(lambda: run(False, False), warmup, reps)
     fb = _time(lambda: run(False, True), warmup, reps)
     ck = _time(lambda: run(True, True), warmup, reps)
@@ -130,26 +137,13 @@ def kernel_split(name: str, mb: int, seq: int, layers: int) -> dict:
     """Device seconds of one forward + backward (no checkpointing) by kernel kind, from torch.profiler:
     GEMM (cuBLAS/CUTLASS/nvjet), attention (flash/SDPA), other (every elementwise, norm, reduction, copy)."""
     from torch.profiler import ProfilerActivity, profile
-    h, ffn, heads, kv, mlp, norm = SHAPES[name]
-    torch.manual_seed(0)
-    mods = torch.nn.ModuleList([Layer(h, ffn, heads, kv, mlp, norm) for _ in range(layers)]).cuda().bfloat16()
-    x0 = torch.randn(mb, seq, h, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-
-    def step():
-        x = x0
-        for m in mods:
-            x = m(x)
-        x.float().sum().backward()
-        for p in mods.parameters():
-            p.grad = None
-        x0.grad = None
-
+    run = _runner(name, mb, seq, layers)
     for _ in range(3):
-        step()
+        run(False, True)
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(3):
-            step()
+            run(False, True)
         torch.cuda.synchronize()
     kinds = {"gemm": 0.0, "attention": 0.0, "other": 0.0}
     for e in prof.key_averages():
@@ -161,13 +155,11 @@ def kernel_split(name: str, mb: int, seq: int, layers: int) -> dict:
             kinds["attention"] += t
         elif any(w in k for w in ("gemm", "cutlass", "xmma", "nvjet", "sm90_", "sm80_", "cublas")):
             kinds["gemm"] += t
-        elif k.startswith("memcpy") or k.startswith("memset") or "::" in k or "kernel" in k or "elementwise" in k:
-            kinds["other"] += t
         else:
             kinds["other"] += t
     # microseconds over 3 steps -> seconds per step; the (tokens x layers x hidden) the other kernels act on
     out = {k: v / 3 / 1e6 for k, v in kinds.items()}
-    out.update(shape=name, micro_batch=mb, seq=seq, layers=layers, token_layer_hidden=mb * seq * layers * h)
+    out.update(shape=name, micro_batch=mb, seq=seq, layers=layers, token_layer_hidden=mb * seq * layers * SHAPES[name][0])
     return out
 
 
