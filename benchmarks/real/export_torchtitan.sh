@@ -34,6 +34,27 @@ llama2-7b 1 1 2 1 3 4 full 1
 llama2-7b 1 1 1 2 3 1 none 1
 llama2-7b 2 1 1 1 0 2 none 1
 " ;;
+  h200-sxm-141g:4) PLANS="
+llama2-7b 1 1 4 1 2 4 none 1
+llama2-7b 1 1 4 1 3 4 none 1
+llama2-7b 2 1 2 1 2 8 none 1
+llama2-7b 1 1 2 2 2 8 none 1
+llama3-8b 1 1 4 1 2 2 none 1
+llama3-8b 1 1 4 1 3 2 none 1
+llama3-8b 1 1 4 1 2 1 none 1
+llama3-8b 2 1 2 1 2 4 none 1
+llama3-8b 1 1 2 2 2 4 none 1
+" ;;
+  h100-sxm5-80g:4) PLANS="
+llama2-7b 1 1 4 1 2 1 none 1
+llama2-7b 1 1 4 1 3 2 none 1
+llama2-7b 2 1 2 1 3 4 none 1
+llama2-7b 1 1 2 2 3 4 none 1
+llama3-8b 1 1 4 1 2 1 none 1
+llama3-8b 1 1 4 1 3 1 none 1
+llama3-8b 2 1 2 1 2 2 none 1
+llama3-8b 1 1 2 2 3 2 none 1
+" ;;
   *:1) PLANS="
 llama2-7b 1 1 1 1 0 1 full 1
 " ;;

@@ -5,6 +5,7 @@
 #   OUT=/tmp/out bash benchmarks/real/run_megatron_local.sh EXPORT_DIR...
 # Megatron comes from .megatron/ (git-ignored, carried to the device): site/megatron = the megatron-core 0.19.2
 # wheel's package, lm/ = pretrain_gpt.py, gpt_builders.py, model_provider.py of Megatron-LM core_r0.19.0.
+# DEADLINE_S: skip the plans not started after that many seconds of this script (a device call's limit).
 # Results: $OUT/summary.jsonl (benchmarks/real/megatron_log.py per plan), $OUT/logs.tgz (every log), $OUT/env.txt.
 set -u
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -20,6 +21,8 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 port=6000
 for d in "$@"; do
   id="$(basename "$d")"
+  if [ -n "${DEADLINE_S:-}" ] && [ $SECONDS -gt "$DEADLINE_S" ]; then
+    echo "$id: skipped (DEADLINE_S=$DEADLINE_S reached)" | tee -a "$OUT/env.txt"; continue; fi
   port=$((port + 1))
   start=$(date +%s)
   MASTER_PORT=$port timeout "${PLAN_TIMEOUT:-180}" bash "$d/launch.sh" --log-memory-interval "$BAIGE_TRAIN_ITERS" \
@@ -29,5 +32,6 @@ for d in "$@"; do
   python3 "$ROOT/benchmarks/real/megatron_log.py" "$LOGS/$id.log" --id "$id" >> "$OUT/summary.jsonl" \
     || echo "{\"id\": \"$id\", \"rc\": $rc}" >> "$OUT/summary.jsonl"
   tail -5 "$LOGS/$id.log"
+  tar czf "$OUT/logs.tgz" -C "$LOGS" .      # after every plan: a run cut off at its limit still returns them
 done
 tar czf "$OUT/logs.tgz" -C "$LOGS" .

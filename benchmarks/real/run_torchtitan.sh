@@ -14,6 +14,7 @@
 # export's c4_test loader (load_dataset(BAIGE_DATA_PATH, split="train")). Token ids stay below every vocab here.
 # Results: $OUT/summary.jsonl (benchmarks/real/torchtitan_log.py per plan), $OUT/logs.tgz (every log), $OUT/env.txt.
 # EXTRA_ARGS: torchtitan flags appended to every launch (measurement only, e.g. --profiling.enable_profiling).
+# DEADLINE_S: skip the plans not started after that many seconds of this script (a device call's limit).
 # FAIL_FAST=1 (default) stops after the first plan when it logs no step (a broken stack, not a plan).
 set -u
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -59,6 +60,8 @@ first=1
 for d in "$@"; do
   [ -d "$d" ] || continue                 # NN_*.refused.txt beside the export folders
   id="$(basename "$d")"
+  if [ -n "${DEADLINE_S:-}" ] && [ $SECONDS -gt "$DEADLINE_S" ]; then
+    echo "$id: skipped (DEADLINE_S=$DEADLINE_S reached)" | tee -a "$OUT/env.txt"; continue; fi
   need=$(awk -F= '/^NNODES=/{n=$2} /^NPROC_PER_NODE=/{p=$2} END{print n*p}' "$d/launch.sh")
   if [ "$need" -gt "$GPUS" ]; then echo "$id: needs $need GPUs, $GPUS here: skipped" | tee -a "$OUT/env.txt"; continue; fi
   port=$((port + 1))
