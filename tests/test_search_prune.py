@@ -3,7 +3,8 @@
 - the homogeneous search's data-parallel bound (solver.search dp_bound, bounds.Bounds.dp_lb_s) is a lower bound of
   every strategy's estimate, and with it the search returns the oracle's plans (fewer full estimates);
 - standalone_best(keep=k) is the first k of the full list;
-- stage_cost with a search's memo gives the numbers it gives without one;
+- stage_cost with a search's memo gives the numbers it gives without one, also where strategies that differ only
+  in their stages share a stage context;
 - cost/memory.py's memoised scalar paths equal the numpy ones;
 - the heterogeneous exact loop asks the runtime before estimating, and `_refusal` says what `_runtime_ok` decides;
 - `baige-plan` builds only the command it runs, and `app` is the whole CLI.
@@ -121,6 +122,37 @@ def test_stage_cost_with_a_memo_is_the_same(case):
             first += n
         assert estimate(model, cluster, job, s, memo=memo) == estimate(model, cluster, job, s)
     assert memo
+
+
+@pytest.mark.parametrize("case", list(range(len(CASES))) + ["eager"])
+def test_stage_context_shared_across_stage_only_fields(case):
+    """Strategies that differ only in how the layers are cut into stages and replicated (estimate._STAGE_ONLY_FIELDS:
+    pp, dp, vpp, first/last stage layers, accounting, balanced partition) share one stage context in a memo: every
+    stage costed through the shared one equals the stage costed without a memo."""
+    from baige_plan.cost.estimate import _STAGE_ONLY_FIELDS
+
+    model, cluster, job, bounds, pins = CASES[0 if case == "eager" else case]
+    if case == "eager":
+        bounds = Bounds(max_micro_batch=4, runtime="torchtitan")
+    g = cluster.groups[0]
+    a = space_array(model, cluster.devices, g.devices_per_node, job, bounds, pins)
+    by_ctx: dict = {}
+    for row in a.tolist():
+        s = to_strategy(tuple(row), bounds.runtime)
+        ctx = tuple(v for k, v in vars(s).items() if k not in _STAGE_ONLY_FIELDS)
+        if len(by_ctx.setdefault(ctx, [])) < 4:
+            by_ctx[ctx].append(s)
+    shared = [ss for ss in by_ctx.values() if len({(s.pp, s.dp, s.vpp) for s in ss}) > 1]
+    assert shared       # the space has strategies that share a context
+    memo: dict = {}
+    for ss in shared[:40]:
+        for s in ss:
+            m = job.global_batch // (s.dp * s.micro_batch)
+            split = stage_layers(s, model.layers)
+            for idx in sorted({0, len(split) - 1}):
+                first = sum(split[:idx])
+                assert stage_cost(model, g, job, s, idx, first, split[idx], m, memo=memo) == \
+                    stage_cost(model, g, job, s, idx, first, split[idx], m)
 
 
 def test_memory_scalar_memos_equal_numpy():

@@ -257,8 +257,10 @@ class CheckedCommand(TyperCommand):
     context_class = HelpContext
 
     def parse_args(self, ctx, args: list[str]) -> list[str]:
+        from baige_plan.cli.coercion import install
         from baige_plan.io.catalog import check_roots
 
+        install(self, ctx)       # plain values coerced without pydantic (cli/coercion.py): ~0.13 s of start-up
         raw = list(args)
         if not ctx.resilient_parsing and not any(a in ("--help", "-h") for a in raw):
             check_roots()           # BAIGE_PLAN_CATALOG first: a broken environment is named before anything else
@@ -318,6 +320,12 @@ class OneLineGroup(TyperGroup):
     exit 2; help and the exit codes of the commands are unchanged."""
 
     context_class = HelpContext
+
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
+        from baige_plan.cli.coercion import install
+
+        install(self, ctx)       # the root's --quiet/--version, as CheckedCommand's options (cli/coercion.py)
+        return super().parse_args(ctx, args)
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         if not standalone_mode:

@@ -13,8 +13,10 @@ Step:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from functools import cache
+from operator import attrgetter
 from types import MappingProxyType
 
 from baige_plan.cost import collectives as C
@@ -492,13 +494,30 @@ class _StageContext:
         return lt
 
 
+# StrategySpec fields that neither _StageContext nor _layer_terms (nor what they call) read: how the layers are cut
+# into stages and how many replicas and chunks run them, which stage_cost, dp_traffic and estimate read themselves.
+# Strategies that differ only there share one context (a search tries many pp/dp/vpp per tp/cp/micro-batch), so
+# _stage_context keys on every other field (a field added to StrategySpec is in the key unless listed here).
+# tests/test_search_prune.py checks that the layer terms do not change with them.
+_STAGE_ONLY_FIELDS = frozenset({"pp", "dp", "vpp", "first_stage_layers", "last_stage_layers", "account_for_embedding",
+                                "account_for_loss", "balanced_partition"})
+
+
+@cache
+def _context_fields(cls: type) -> Callable[[object], tuple]:
+    """The getter of the fields of strategy class `cls` a stage context depends on (all but _STAGE_ONLY_FIELDS)."""
+    return attrgetter(*(f.name for f in fields(cls) if f.name not in _STAGE_ONLY_FIELDS))
+
+
 def _stage_context(group: GroupSpec, precision: str, s: StrategySpec, calibration: Calibration | None, moe: bool,
                    memo: dict | None) -> _StageContext:
     """The strategy's shared stage terms, from `memo` (a cache its caller owns: one search) when it has them. Pure:
-    they depend on these arguments only, read at the time they are first computed."""
+    they depend on these arguments only (of s, not on _STAGE_ONLY_FIELDS), read at the time they are first
+    computed."""
     if memo is None:
         return _StageContext(group, precision, s, calibration, moe)
-    key = ("stage-context", _Same(group), precision, s, calibration, moe)
+    sk = _context_fields(StrategySpec)(s) if type(s) is StrategySpec else s
+    key = ("stage-context", _Same(group), precision, sk, calibration, moe)
     try:
         ctx = memo.get(key)
     except TypeError:
