@@ -82,6 +82,9 @@ def test_export_writes_the_switches_and_the_attention_choice(exports):
             assert sw in lines, (att, sw)
         assert "--tp-comm-overlap" not in lines and "--sequence-parallel" not in lines
         assert "--tensor-model-parallel-size 2" in lines
+        # warm-up as a fraction of the run: a fixed 10 warm-up iterations stopped every 4-GPU launch at
+        # BAIGE_TRAIN_ITERS=10 (Megatron asserts lr_warmup_steps < lr_decay_steps, optimizer_param_scheduler.py)
+        assert "--lr-warmup-fraction 0.01" in lines and not any(ln.startswith("--lr-warmup-iters") for ln in lines)
         assert not any("needs Transformer Engine" in ln for ln in lines)
     flash, std = exports["flash"], exports["standard"]
     assert "--spec baige_sdpa_spec layer_spec" in flash["megatron_args.txt"].splitlines()

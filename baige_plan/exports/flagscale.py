@@ -286,7 +286,7 @@ def export(doc: dict) -> Export:
     margs.update(micro_batch_size=kn["micro_batch"], global_batch_size=gb, train_iters=100, seed=1234,
                  clip_grad=1.0, init_method_std=0.02)
     margs["optimizer"] = {"weight_decay": 0.1, "adam_beta1": 0.9, "adam_beta2": 0.95,
-                          "lr_scheduler": {"lr": 3.0e-4, "min_lr": 3.0e-5, "lr_warmup_iters": 10,
+                          "lr_scheduler": {"lr": 3.0e-4, "min_lr": 3.0e-5, "lr_warmup_fraction": 0.01,
                                            "lr_decay_style": "cosine"}}
     data = {"mock_data": True, "split": "1",
             "tokenizer": {"tokenizer_type": "NullTokenizer", "vocab_size": int(model["vocab"]) - 1}}

@@ -32,7 +32,7 @@ MEGATRON_LM_REF = "core_r0.19.0"   # Megatron-LM release branch whose pretrain_g
 # Placeholders a launch needs that a plan does not decide (optimizer schedule, run length, logging).
 TRAINING_ARGS: tuple[tuple[str, object], ...] = (
     ("--lr", 3.0e-4), ("--min-lr", 3.0e-5), ("--lr-decay-style", "cosine"),
-    ("--lr-warmup-iters", 10), ("--weight-decay", 0.1), ("--adam-beta1", 0.9), ("--adam-beta2", 0.95),
+    ("--lr-warmup-fraction", 0.01), ("--weight-decay", 0.1), ("--adam-beta1", 0.9), ("--adam-beta2", 0.95),
     ("--clip-grad", 1.0), ("--init-method-std", 0.02), ("--log-interval", 1), ("--eval-interval", 100),
     ("--eval-iters", 1))
 

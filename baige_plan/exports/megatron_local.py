@@ -26,7 +26,6 @@ unfused DotProductAttention. Used through `--spec baige_sdpa_spec layer_spec` wi
 
 import dataclasses
 
-import torch
 import torch.nn.functional as F
 from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 from megatron.core.transformer.dot_product_attention import DotProductAttention

@@ -37,7 +37,7 @@ def row(plan: dict, summ: dict, gpu: str, chip: str, env: dict) -> dict:
             "tp": s["tp"], "pp": s["pp"], "dp": s["dp"], "cp": s.get("cp", 1), "zero": s.get("zero", 0),
             "sequence_parallel": bool(s.get("sequence_parallel")), "micro_batch": s["micro_batch"],
             "global_batch_seqs": job["global_batch"], "recompute": s.get("recompute", "none"),
-            "precision": job["precision"], "attention": att,
+            "vpp": s.get("vpp", 1), "precision": job["precision"], "attention": att,
             "runtime": "megatron-local", "execution": "fused", "tp_comm_overlap": False,
             "framework": ("megatron-core 0.19.2 (Megatron-LM core_r0.19.0 pretrain_gpt.py), no Transformer Engine, "
                           "no apex: --transformer-impl local, "

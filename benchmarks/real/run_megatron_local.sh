@@ -5,6 +5,7 @@
 #   OUT=/tmp/out bash benchmarks/real/run_megatron_local.sh EXPORT_DIR...
 # Megatron comes from .megatron/ (git-ignored, carried to the device): site/megatron = the megatron-core 0.19.2
 # wheel's package, lm/ = pretrain_gpt.py, gpt_builders.py, model_provider.py of Megatron-LM core_r0.19.0.
+# FAIL_FAST=1 (default) stops after the first plan when it logs no step (a broken stack, not a plan).
 # DEADLINE_S: skip the plans not started after that many seconds of this script (a device call's limit).
 # Results: $OUT/summary.jsonl (benchmarks/real/megatron_log.py per plan), $OUT/logs.tgz (every log), $OUT/env.txt.
 set -u
@@ -29,9 +30,15 @@ for d in "$@"; do
     > "$LOGS/$id.log" 2>&1
   rc=$?
   echo "$id rc=$rc wall=$(( $(date +%s) - start ))s" | tee -a "$OUT/env.txt"
-  python3 "$ROOT/benchmarks/real/megatron_log.py" "$LOGS/$id.log" --id "$id" >> "$OUT/summary.jsonl" \
-    || echo "{\"id\": \"$id\", \"rc\": $rc}" >> "$OUT/summary.jsonl"
-  tail -5 "$LOGS/$id.log"
+  if python3 "$ROOT/benchmarks/real/megatron_log.py" "$LOGS/$id.log" --id "$id" >> "$OUT/summary.jsonl"; then
+    tail -5 "$LOGS/$id.log"
+  else
+    echo "{\"id\": \"$id\", \"rc\": $rc}" >> "$OUT/summary.jsonl"
+    grep -E "Error|Traceback|out of memory" "$LOGS/$id.log" | sort | uniq -c | sort -rn | head -8
+    if [ "${first:-1}" = 1 ] && [ "${FAIL_FAST:-1}" = 1 ]; then
+      echo "first plan failed: stopping (FAIL_FAST=1)"; tar czf "$OUT/logs.tgz" -C "$LOGS" .; break; fi
+  fi
+  first=0
   tar czf "$OUT/logs.tgz" -C "$LOGS" .      # after every plan: a run cut off at its limit still returns them
 done
 tar czf "$OUT/logs.tgz" -C "$LOGS" .
