@@ -18,7 +18,7 @@ REAL = Path(__file__).resolve().parents[1] / "benchmarks" / "real"
 
 
 @pytest.mark.parametrize("name, runtime, rows, max_err", [
-    ("runs_megatron_local_h200x4.yaml", "megatron-local", 8, 0.14),
+    ("runs_megatron_local_h200x4.yaml", "megatron-local", 8, 0.07),
     ("runs_torchtitan_h200x4.yaml", "torchtitan", 9, 0.16),
 ])
 def test_4gpu_launches_backtest_within_the_issue_bars(name, runtime, rows, max_err):

@@ -22,7 +22,12 @@ from types import MappingProxyType
 from baige_plan.cost import collectives as C
 from baige_plan.cost.compute import ChipRates, gemm_time_s, layer_memory_bytes
 from baige_plan.cost.cp import cp_attention
-from baige_plan.cost.execution import EAGER, FUSED_LOSS_BYTES_PER_LOGIT, eager_host_s
+from baige_plan.cost.execution import (
+    EAGER,
+    FUSED_LOSS_BYTES_PER_LOGIT,
+    MEGATRON_UNFUSED_LOSS_BYTES_PER_LOGIT,
+    eager_host_s,
+)
 from baige_plan.cost.flops import (
     Gemm,
     attention_gemms,
@@ -534,8 +539,9 @@ def _embedding_act_bytes(model: ModelSpec, s: StrategySpec, tokens: float, act_b
 
 def _logits_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, tokens: float) -> tuple[float, float, float]:
     """(forward s, backward s, activation bytes) of the output layer + loss on one device, per micro-batch:
-    the logits GEMM and fp32 cross-entropy over the logits (fused vocab-parallel ~4 passes of 4 bytes;
-    eager PyTorch measured, cost/execution.py), half the loss traffic in the forward, half in the backward."""
+    the logits GEMM and fp32 cross-entropy over the logits: Megatron's vocab-parallel loss, fused or unfused
+    (bytes per logit counted from its code, forward and backward apart: cost/execution.py), or eager PyTorch
+    (measured; half its traffic in the forward, half in the backward)."""
     lg = logits_gemm(model, tokens, s.tp)
     t_lf = gemm_time_s(lg, r)
     logits = tokens * model.vocab / s.tp
@@ -545,12 +551,16 @@ def _logits_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, tokens: float
         # writes their 16-bit gradient; it holds the logits and, in the backward, that gradient
         return (t_lf + logits * r.act_bytes / r.hbm_Bps, 2 * t_lf + 2 * logits * r.act_bytes / r.hbm_Bps,
                 logits * 2 * r.act_bytes)
-    per_logit = EAGER.loss_bytes_per_logit if s.execution == "eager" else FUSED_LOSS_BYTES_PER_LOGIT
-    ce = logits * per_logit / 2 / r.hbm_Bps
+    if s.execution == "eager":
+        fwd_b = bwd_b = EAGER.loss_bytes_per_logit / 2
+    else:
+        kernel = s.loss_kernel or runtimes.get(s.runtime).loss_kernel
+        fwd_b, bwd_b = (MEGATRON_UNFUSED_LOSS_BYTES_PER_LOGIT if kernel == "megatron_unfused"
+                        else FUSED_LOSS_BYTES_PER_LOGIT)
     eager_extra = EAGER.extra_loss_activation_bytes_per_logit
     act = logits * loss_bytes_per_logit(runtimes.get(s.runtime).memory.loss, s.execution, s.tp, r.act_bytes,
                                         eager_extra)
-    return t_lf + ce, 2 * t_lf + ce, act
+    return t_lf + logits * fwd_b / r.hbm_Bps, 2 * t_lf + logits * bwd_b / r.hbm_Bps, act
 
 
 def homogeneous_pp_link(group: GroupSpec, s: StrategySpec) -> C.Link:

@@ -238,4 +238,12 @@ def eager_moe_layer_ops(local_experts: float, recompute_full: bool, ddp: bool, e
             tensors += h.expert_param_tensors * local_experts
         ops += h.ddp_ops_per_param * tensors
     return ops
-FUSED_LOSS_BYTES_PER_LOGIT = 16.0      # fp32 vocab-parallel cross-entropy: ~4 passes of 4 bytes
+# fp32 vocab-parallel cross-entropy in fused kernels, HBM bytes per logit (forward, backward): ~4 passes of 4 bytes,
+# half in each direction (NeMo / Megatron-Bridge recipes run a fused loss: cross_entropy_loss_fusion)
+FUSED_LOSS_BYTES_PER_LOGIT = (8.0, 8.0)
+# Megatron's unfused vocab-parallel loss (megatron-core 0.19.2 tensor_parallel/cross_entropy.py, the path without
+# --cross-entropy-loss-fusion and the only one of Megatron-LM before megatron-core): one op per step over the
+# logits -- cast to fp32 (read 2, write 4), max (4), subtract in place (4 + 4), exp in place (4 + 4), sum (4),
+# softmax division in place (4 + 4); backward: the in-place multiply by the loss gradient (4 + 4) and autograd's
+# cast of the fp32 gradient to the logits' 16-bit dtype (4 + 2).
+MEGATRON_UNFUSED_LOSS_BYTES_PER_LOGIT = (38.0, 14.0)

@@ -281,13 +281,19 @@ def _loss_kernel(par: dict, notes: list[str]) -> str:
     """The cross-entropy kernel a row ran (StrategySpec.loss_kernel): `parallel.loss_kernel` when given; LLM Foundry's
     MPT models default to flash-attn's fused cross-entropy (llmfoundry/models/mpt/modeling_mpt.py ComposerMPTCausalLM:
     om_model_config.get('loss_fn', 'fused_crossentropy') -> flash_attn.losses.cross_entropy.CrossEntropyLoss, at
-    5f43bf1 2023-05-03, b2a43a1 2023-10-19 and v0.4.0); else the runtime's."""
+    5f43bf1 2023-05-03, b2a43a1 2023-10-19 and v0.4.0); Megatron-LM before megatron-core: its unfused loss; else the
+    runtime's."""
     if par.get("loss_kernel"):
         return str(par["loss_kernel"])
     fw = str(par.get("framework") or "").lower()
     if any(k in fw for k in ("llm foundry", "llm-foundry", "llmfoundry")):
         notes.append("loss: flash-attn fused cross-entropy (LLM Foundry MPT default loss_fn fused_crossentropy)")
         return "flash_xent"
+    if "megatron-lm" in fw and not any(k in fw for k in ("core", "nemo", "bridge")):
+        # Megatron-LM before Megatron-core had only the unfused vocab-parallel loss
+        # (megatron/mpu/cross_entropy.py; the fused one came with megatron-core in 2024)
+        notes.append("loss: Megatron-LM's unfused vocab-parallel cross-entropy (no fused loss before megatron-core)")
+        return "megatron_unfused"
     return ""
 
 

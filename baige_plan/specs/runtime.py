@@ -297,6 +297,8 @@ class RuntimeSpec:
                                        # tensor the backward needs is saved, before the layer's last GEMM
                                        # (cost/estimate.py early_stop_skip_s); reentrant / own checkpoint: False
     unfused: UnfusedKernels = FUSED_KERNELS   # work it runs unfused (no Transformer Engine / apex); zero: fused
+    loss_kernel: str = ""              # its cross-entropy kernel when a strategy names none (StrategySpec.loss_kernel):
+                                       # "" = fused vocab-parallel loss, "megatron_unfused" = Megatron's unfused one
     notes: tuple[str, ...] = field(default_factory=tuple)   # sources for the semantics above
     extra_refusal: Callable[..., str | None] | None = None   # runtime-specific rules (model, job, strategy)
 

@@ -38,6 +38,8 @@ def row(plan: dict, summ: dict, gpu: str, chip: str, env: dict) -> dict:
             "sequence_parallel": bool(s.get("sequence_parallel")), "micro_batch": s["micro_batch"],
             "global_batch_seqs": job["global_batch"], "recompute": s.get("recompute", "none"),
             "vpp": s.get("vpp", 1), "precision": job["precision"], "attention": att,
+            # the export carried no --cross-entropy-loss-fusion when these ran: Megatron's unfused loss
+            "loss_kernel": s.get("loss_kernel") or "megatron_unfused",
             "runtime": "megatron-local", "execution": "fused", "tp_comm_overlap": False,
             "framework": ("megatron-core 0.19.2 (Megatron-LM core_r0.19.0 pretrain_gpt.py), no Transformer Engine, "
                           "no apex: --transformer-impl local, "

@@ -197,6 +197,9 @@ RUNTIME = RuntimeSpec(
     zero_grad_allreduce=True,          # stage_1_and_2.py average_tensor: all-reduce per bucket
     grad_bytes=2,                      # DP reductions in the 16-bit communication dtype (engine.py
                                        # communication_data_type defaults to fp16/bf16; allreduce_bucket casts)
+    # Megatron-DeepSpeed's loss is Megatron's unfused vocab_parallel_cross_entropy (megatron/core/tensor_parallel/
+    # cross_entropy.py of its 2022 Megatron base; the fused one came to Megatron-core in 2024)
+    loss_kernel="megatron_unfused",
     pipe_partitioned=True,             # runtime/pipe/engine.py: pipe_partitioned / grad_partitioned with tp > 1
     selective_attention_recompute=("intel-gaudi",),   # HabanaAI Megatron-DeepSpeed checkpoints FusedSDPA
     extra_refusal=_refusal,

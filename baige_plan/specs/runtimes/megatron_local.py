@@ -119,6 +119,9 @@ RUNTIME = replace(
     unfused=UnfusedKernels(rope_fwd_bytes=ROPE_FWD_BYTES, rope_bwd_bytes=ROPE_BWD_BYTES,
                            softmax_fwd_bytes=SOFTMAX_FWD_BYTES, softmax_bwd_bytes=SOFTMAX_BWD_BYTES,
                            optimizer_extra_bytes=FOREACH_ADAMW_BYTES - FUSED_ADAM_KERNEL_BYTES),
+    # the export writes no --cross-entropy-loss-fusion: the loss runs one op per step (2x and 4x H200 runs:
+    # benchmarks/real/runs_megatron_local_h200x*.yaml)
+    loss_kernel="megatron_unfused",
     memory=replace(_mg.MEMORY, fp8_gemm_inputs=False, fp8_weight_cache_bytes=0, fp8_param_bytes=0),
     notes=_mg.RUNTIME.notes + (
         "megatron/core/models/gpt/gpt_layer_specs.py get_gpt_layer_local_spec: the --transformer-impl local layer",
