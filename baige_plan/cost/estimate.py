@@ -545,7 +545,9 @@ def _logits_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, tokens: float
     lg = logits_gemm(model, tokens, s.tp)
     t_lf = gemm_time_s(lg, r)
     logits = tokens * model.vocab / s.tp
-    if s.loss_kernel == "flash_xent":
+    rt = runtimes.get(s.runtime)
+    kernel = s.loss_kernel or rt.loss_kernel
+    if kernel == "flash_xent":
         # flash_attn.losses.cross_entropy (one Triton kernel per pass over the 16-bit logits, fp32 math in registers):
         # the forward reads them (the per-row loss and log-sum-exp are all it writes), the backward reads them and
         # writes their 16-bit gradient; it holds the logits and, in the backward, that gradient
@@ -554,12 +556,10 @@ def _logits_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, tokens: float
     if s.execution == "eager":
         fwd_b = bwd_b = EAGER.loss_bytes_per_logit / 2
     else:
-        kernel = s.loss_kernel or runtimes.get(s.runtime).loss_kernel
         fwd_b, bwd_b = (MEGATRON_UNFUSED_LOSS_BYTES_PER_LOGIT if kernel == "megatron_unfused"
                         else FUSED_LOSS_BYTES_PER_LOGIT)
     eager_extra = EAGER.extra_loss_activation_bytes_per_logit
-    act = logits * loss_bytes_per_logit(runtimes.get(s.runtime).memory.loss, s.execution, s.tp, r.act_bytes,
-                                        eager_extra)
+    act = logits * loss_bytes_per_logit(rt.memory.loss, s.execution, s.tp, r.act_bytes, eager_extra)
     return t_lf + logits * fwd_b / r.hbm_Bps, 2 * t_lf + logits * bwd_b / r.hbm_Bps, act
 
 

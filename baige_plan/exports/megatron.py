@@ -192,11 +192,12 @@ def megatron_args(doc: dict) -> tuple[list[tuple[str, object]], list[str], list[
     from baige_plan.specs import (
         runtimes,  # the plan's runtime (FlagScale exports through these arguments too)
     )
-    if (s.get("loss_kernel") or runtimes.get(s.get("runtime") or "megatron").loss_kernel) != "megatron_unfused":
+    rt = runtimes.get(s.get("runtime") or "megatron")
+    if (s.get("loss_kernel") or rt.loss_kernel) != "megatron_unfused":
         # the jit-fused vocab-parallel loss (native impl), as costed (cost/execution.py FUSED_LOSS_BYTES_PER_LOGIT)
         # and as NeMo / Megatron-Bridge recipes run it; without the flag Megatron runs one op per step
         a.append(("--cross-entropy-loss-fusion", None))
-    if s.get("tp_comm_overlap", runtimes.get(s.get("runtime") or "megatron").tp_comm_overlap) and tp > 1:
+    if s.get("tp_comm_overlap", rt.tp_comm_overlap) and tp > 1:
         if s.get("sequence_parallel"):
             a.append(("--tp-comm-overlap", None))
         else:

@@ -45,21 +45,18 @@ def segments(events: list[dict], gap_us: float = 1500.0) -> list[tuple[float, fl
 
 
 def main() -> int:
-    from baige_plan.cost.estimate import estimate
     from baige_plan.io.catalog import Catalog
-    from baige_plan.io.runs import case_from_row
+    from baige_plan.reports.backtest import backtest_file
 
-    cat = Catalog.create()
-    rows = yaml.safe_load((HERE / "runs_h200x4_dp_pp.yaml").read_text())["rows"]
+    path = HERE / "runs_h200x4_dp_pp.yaml"
+    ga_of = {r["id"]: float(r["parallel"]["grad_accum"]) for r in yaml.safe_load(path.read_text())["rows"]}
+    rows = backtest_file(path, Catalog.create())["rows"]
     print("1. step time against micro-batches (ms): measured / predicted")
     for tag in ("pp2_dp2", "pp4"):
         sel = [r for r in rows if f"_{tag}_mb1_" in r["id"]]
-        ga = [float(r["parallel"]["grad_accum"]) for r in sel]
-        meas = [r["results"]["step_time_s"] * 1e3 for r in sel]
-        pred = []
-        for r in sel:
-            c = case_from_row(r, cat, "runs_h200x4_dp_pp.yaml")
-            pred.append(estimate(c.model, c.cluster, c.job, c.strategy).step_time_s * 1e3)
+        ga = [ga_of[r["id"]] for r in sel]
+        meas = [r["measured_step_time_s"] * 1e3 for r in sel]
+        pred = [r["predicted_step_time_s"] * 1e3 for r in sel]
         (sm, im), (sp, ip) = _fit(ga, meas), _fit(ga, pred)
         print(f"   {tag}: micro-batches {[int(g) for g in ga]}  measured {[round(x, 1) for x in meas]}  "
               f"predicted {[round(x, 1) for x in pred]}")
