@@ -56,3 +56,51 @@ def test_mlperf_v31_gaudi2_rows_run_delayed_scaling():
     for c in cases:
         assert c.strategy.fp8_recipe == "delayed"
         assert fp8_quantize_bytes(fp8_recipe(c.strategy, c.cluster.groups[0].chip)) == 4.0
+
+
+# -- GEMMs fp8 training leaves in 16-bit (RuntimeSpec.fp8_16bit_gemms, cost/fp8.py keep_16bit) ----------------------
+def _logits_fwd_s(runtime: str, precision: str, chip: str = "h100-sxm5-80g", **kw) -> float:
+    from baige_plan.cost.estimate import _logits_terms, strategy_rates
+    cat = Catalog.create()
+    s = StrategySpec(tp=1, pp=1, dp=8, zero=1, recompute="none", runtime=runtime, **kw)
+    r = strategy_rates(cat.chip(chip), precision, s)
+    return _logits_terms(cat.model("llama3-8b"), s, r, 8192.0)[0]
+
+
+def test_megatron_output_layer_runs_in_bf16_in_fp8_training():
+    # Megatron-core's output layer is tensor_parallel.ColumnParallelLinear (models/gpt/gpt_model.py), which TE's
+    # fp8_autocast does not reach: the logits GEMM of an fp8 job takes what it takes in a bf16 job. By hand, Llama 3
+    # 8B, 8192 tokens, tp 1: F = 2 x 8192 x 128256 x 4096 = 8.61e12 FLOP at H100's bf16 peak 989.4 TFLOP/s x its curve at
+    # F (chips/h100-sxm5-80g.yaml: 0.66 there) x the committed Hopper scale, + the fused loss's 8 B per
+    # logit over the achievable HBM rate
+    from baige_plan.specs.calibration import COMMITTED
+    cat = Catalog.create()
+    chip = cat.chip("h100-sxm5-80g")
+    f = 2 * 8192 * 128256 * 4096
+    eff = chip.gemm_curve("bf16").at(f) * COMMITTED.gemm_scale_for(chip.id)
+    loss = 8192 * 128256 * 8 / (chip.hbm_GBps * 1e9 * chip.hbm_efficiency)
+    assert _logits_fwd_s("megatron", "fp8") == pytest.approx(f / (989.4e12 * eff) + loss, rel=1e-9)
+    assert _logits_fwd_s("megatron", "fp8") == pytest.approx(_logits_fwd_s("megatron", "bf16"), rel=1e-12)
+
+
+def test_torchtitan_float8_converts_the_output_layer_and_mxfp8_skips_it():
+    # torchtitan's Float8LinearConverter converts every nn.Linear not in filter_fqns (default []); the MX converter's
+    # filter_fqns default is ["output"] (config/job_config.py): fp8 logits on H100, 16-bit logits on B200 (MXFP8)
+    assert _logits_fwd_s("torchtitan", "fp8") < 0.75 * _logits_fwd_s("torchtitan", "bf16")
+    assert _logits_fwd_s("torchtitan", "fp8", chip="b200") == pytest.approx(
+        _logits_fwd_s("torchtitan", "bf16", chip="b200"), rel=1e-12)
+    # Megatron-Bridge's gpt-oss / DeepSeek MXFP8 recipes set fp8_output_proj: an MXFP8 output layer
+    assert _logits_fwd_s("megatron", "fp8", chip="b200", fp8_output_proj=True) < \
+        0.75 * _logits_fwd_s("megatron", "bf16", chip="b200")
+
+
+def test_keep_16bit_marks_only_what_the_runtime_leaves_16bit():
+    from baige_plan.cost.flops import Gemm
+    from baige_plan.cost.fp8 import SIXTEEN_BIT_KIND, keep_16bit
+    cat = Catalog.create()
+    h100 = cat.chip("h100-sxm5-80g")
+    gs = [Gemm("qkv", 8, 8, 8), Gemm("router", 8, 8, 8), Gemm("logits", 8, 8, 8)]
+    kinds = [g.kind for g in keep_16bit(gs, StrategySpec(runtime="megatron"), h100, "fp8")]
+    assert kinds == ["linear", SIXTEEN_BIT_KIND, SIXTEEN_BIT_KIND]
+    assert keep_16bit(gs, StrategySpec(runtime="megatron"), h100, "bf16") == gs
+    assert keep_16bit(gs, StrategySpec(runtime="torchtitan"), h100, "fp8") == gs

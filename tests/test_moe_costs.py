@@ -136,7 +136,7 @@ def test_straggler_factor():
 def _harness_estimate(dp: int, ep: int, mb: int = 4):
     cl, _ = Catalog.create().cluster(f"h200-sxm-141g:1x{dp}")
     s = StrategySpec(dp=dp, ep=ep, zero=0, micro_batch=mb, recompute="none", execution="eager",
-                     runtime="torchtitan")
+                     runtime="pytorch")
     job = JobSpec(dp * mb, 2048, "bf16")
     return estimate(HARNESS, cl, job, s), cl, s, job
 

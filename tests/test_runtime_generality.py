@@ -23,7 +23,7 @@ from baige_plan.specs.strategy import StrategySpec
 CAT = Catalog.create()
 A100 = CAT.chip("a100-sxm4-80g")
 PEAK = 312e12                       # chips/a100-sxm4-80g.yaml peak_tflops.bf16
-EFF = 0.72 * 0.975                  # its bf16 GEMM curve at >= 1e12 FLOPs x the committed A100 calibration
+EFF = 0.72 * 0.964                  # its bf16 GEMM curve at >= 1e12 FLOPs x the committed A100 calibration
                                     # (specs/calibration.py gemm_scale)
 HBM = 2039e9 * 0.854                # hbm_GBps x hbm_efficiency
 # a Llama-2-70B-wide layer: GEMMs of >= 1e12 FLOPs at micro-batch 2 x 8192 tokens (the curve's flat top)
@@ -68,7 +68,7 @@ def test_op_sac_recompute_time_by_hand():
     # memory-bound forward ops, re-run: 2 norms (read + write h) and 2 residual adds (read 2h, write h) in
     # bf16 = 20h B per token, SwiGLU reads 2f and writes f = 6f B per token; flash attention is saved
     mem = T * (20 * h + 6 * f) / HBM                     # 5.50e9 B: 3.16 ms
-    assert wo == pytest.approx(9.788e-3 / 0.975, rel=1e-3) and w3 == pytest.approx(34.26e-3 / 0.975, rel=1e-3)
+    assert wo == pytest.approx(9.788e-3 / 0.964, rel=1e-3) and w3 == pytest.approx(34.26e-3 / 0.964, rel=1e-3)
     assert mem == pytest.approx(3.160e-3, rel=1e-3)
     none, sel = _wide_estimate("none"), _wide_estimate("selective")
     # one micro-batch, two layers; nothing else differs (no TP/CP collectives to re-run on one device)

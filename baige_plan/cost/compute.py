@@ -104,7 +104,10 @@ class ChipRates:
 def gemm_time_s(g: Gemm, r: ChipRates, passes: float = 1.0, bwd: bool = False) -> float:
     """Roofline time of `passes` executions of GEMM g (forward-sized)."""
     attention = g.kind.startswith("attention")
-    dtype, peak = (r.attn_dtype, r.attn_peak_flops) if attention else (r.dtype, r.peak_flops)
+    # attention, and the linears an fp8 job keeps in 16-bit (cost/fp8.py keep_16bit), run in attn_dtype: the
+    # 16-bit type in fp8 training, the job's own otherwise
+    dtype, peak = ((r.attn_dtype, r.attn_peak_flops) if attention or g.kind == "linear_16bit"
+                   else (r.dtype, r.peak_flops))
     if g.kind == "attention_flash" and r.fused_dtype:
         dtype, peak = r.fused_dtype, r.fused_peak_flops
     curve = r.chip.gemm_curve(dtype)

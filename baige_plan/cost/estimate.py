@@ -35,7 +35,7 @@ from baige_plan.cost.flops import (
     logits_gemm,
     megatron_model_flops,
 )
-from baige_plan.cost.fp8 import fp8_quantize_bytes, fp8_recipe
+from baige_plan.cost.fp8 import SIXTEEN_BIT_KIND, fp8_quantize_bytes, fp8_recipe, keep_16bit
 from baige_plan.cost.memory import (
     BF16_GRAD_BYTES,
     FP32_PRECISIONS,
@@ -269,6 +269,7 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
     fwd = bwd = rec = comp = tp_t = ep_t = cp_t = hw_flops = 0.0
     dense_p = expert_p = act = act_layer_full = 0.0
     lin, att = _gemm_set(model, s, seq, moe)
+    lin = keep_16bit(lin, s, r.chip, r.dtype)   # fp8: the output layer / router the runtime leaves in 16-bit
     # MoE: the layer's extra terms (cost/moe.py); the busiest EP rank sets the pace (mt.load)
     mt = moe_layer_terms(model, s, r, tokens, ep_link, etp_link, lin, ep_split) if moe and model.moe is not None \
         else None
@@ -292,8 +293,8 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
         # Transformer Engine quantises every GEMM input in the forward and the output gradients in the backward,
         # at the recipe's bytes per element (cost/fp8.py)
         qb = fp8_quantize_bytes(fp8_recipe(s, r.chip))
-        q_f = sum(g.count * g.m * g.k for g in lin) * qb
-        q_b = sum(g.count * g.m * g.n for g in lin) * qb
+        q_f = sum(g.count * g.m * g.k for g in lin if g.kind != SIXTEEN_BIT_KIND) * qb
+        q_b = sum(g.count * g.m * g.n for g in lin if g.kind != SIXTEEN_BIT_KIND) * qb
         m_f += q_f / r.hbm_Bps
         m_b += q_b / r.hbm_Bps
     core_f = a_f + core_b / r.hbm_Bps
@@ -542,7 +543,7 @@ def _logits_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, tokens: float
     the logits GEMM and fp32 cross-entropy over the logits: Megatron's vocab-parallel loss, fused or unfused
     (bytes per logit counted from its code, forward and backward apart: cost/execution.py), or eager PyTorch
     (measured; half its traffic in the forward, half in the backward)."""
-    lg = logits_gemm(model, tokens, s.tp)
+    lg, = keep_16bit([logits_gemm(model, tokens, s.tp)], s, r.chip, r.dtype)
     t_lf = gemm_time_s(lg, r)
     logits = tokens * model.vocab / s.tp
     rt = runtimes.get(s.runtime)
@@ -661,7 +662,8 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
     if s.execution == "eager":
         # eager PyTorch: the host must dispatch every op; a host slower than the device sets the pace,
         # and expert all-to-alls with data-dependent splits serialise the two (cost/execution.py)
-        local_e = model.moe.experts / s.ep if model.moe is not None else 0.0
+        # the per-expert loop's ops: none where the experts are one grouped launch (cost/moe.py expert_gemm_kind)
+        local_e = model.moe.experts / s.ep if model.moe is not None and expert_gemm_kind(s) == "linear" else 0.0
         host = eager_host_s(n_layers, n_moe, local_e, s.recompute == "full", s.dp * s.cp, s.zero, s.tp,
                             ep=s.ep, expert_ddp=s.edp > 1, micro_batches=m,
                             ranks_per_host=min(group.devices_per_node, s.tp * s.pp * s.dp * s.cp))

@@ -42,6 +42,7 @@ from baige_plan.specs.runtime import (  # measured allocator and context figures
 GIB = float(1 << 30)
 ADAM_K_BYTES = 12          # fp32 master weights (4) + Adam m (4) + v (4)
 ADAM_K_BYTES_FP32 = 8      # fp32/tf32 training: Adam m (4) + v (4); the fp32 weights are the master
+ADAM_K_BYTES_PARAM_DTYPE = 4   # 16-bit parameters as their own master: Adam m (2) + v (2) in the parameter dtype
 FP32_PRECISIONS = ("fp32", "tf32")
 FRAMEWORK_RESERVE_GIB = CUDA_CONTEXT_GIB   # the least a process reserves outside its tensors (search bounds)
 
@@ -82,7 +83,9 @@ def state_bytes(mem, precision: str, zero: int, shards, k_bytes: float | None = 
         `step_grad_bytes` for the step when the buffer is 16-bit; Megatron distributed optimizer with bf16
         params and fp32 grads: 2 + 4 + 12/d = "6 + 12/d", with 16-bit grads 2 + 2 + 16/d = "4 + 16/d"
         (Megatron-LM docs/source/api-guide/dist_optimizer.md table);
-      master "params" (FSDP2, autocast): 4 + 4 + 8 (+ 2 of autocast's kept cast when not sharded).
+      master "params" (FSDP2, autocast): 4 + 4 + 8 (+ 2 of autocast's kept cast when not sharded);
+      master "params16" (16-bit parameters as their own master, NeMo Automodel): 2 + 2 + `k_bytes`, else 4
+        (Adam m, v in the parameter dtype: torch.optim.Adam allocates its states like the parameter).
     `k_bytes` (the strategy's optimizer_bytes_per_param) replaces the 12 of a separate master: 10 when the fp32
       master is kept as the 16-bit remainder beside the bf16 parameter (Megatron-core optimizer_config.py
       store_param_remainders with --use-precision-aware-optimizer, distrib_optimizer.py; apex
@@ -96,6 +99,8 @@ def state_bytes(mem, precision: str, zero: int, shards, k_bytes: float | None = 
         w, g, k = 4.0, 4.0, float(ADAM_K_BYTES_FP32)
         if mem.autocast_fp32_params and zero < 3:
             w += 2.0
+    elif mem.master == "params16":
+        w, g, k = 2.0, 2.0, float(k_bytes or ADAM_K_BYTES_PARAM_DTYPE)
     else:
         w, g, k = 2.0, float(mem.grad_bytes(precision, zero)), float(k_bytes or ADAM_K_BYTES)
         if g < 4:

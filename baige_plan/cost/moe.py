@@ -60,6 +60,10 @@ TE_GROUPED_MLP_RUNTIMES = ("megatron", "flagscale")
 FP8_ROW_ALIGN = 16           # Transformer Engine Fp8Padding align_size for per-tensor fp8 (MXFP8: 32; not told apart)
 # Runtimes whose experts run through torch._grouped_mm (torchtitan models/moe: _run_experts_grouped_mm)
 GROUPED_MM_RUNTIMES = ("torchtitan",)
+# Runtimes whose local experts are one grouped launch per linear whether compiled or not: torchtitan
+# (torch._grouped_mm), NeMo Automodel (`experts: gmm`: the grouped_gemm library's ops.gmm; its backward is not
+# torch._grouped_mm's, so GROUPED_MM_BWD_OVER_FWD is not applied to it)
+GROUPED_EXPERT_RUNTIMES = ("torchtitan", "automodel")
 # torch._grouped_mm backward / forward time (autograd: grouped dgrad + K-grouped wgrad), median over the 28
 # device-bound points (forward >= 0.1 ms) of two runs, benchmarks/real/moe_expert_streams_h100{_run1,}.raw.json
 # (H100, torch 2.11; Qwen3-30B-A3B / gpt-oss-120b / harness expert shapes, 8-128 experts x 64-8192 tokens;
@@ -78,9 +82,12 @@ QUANT_KERNEL_DEVICE_S = 3.74e-6
 
 def expert_gemm_kind(s: StrategySpec) -> str:
     """Gemm kind of the expert GEMMs as `s.runtime` launches them (flops.linear_gemms, compute.gemm_time_s):
-    eager PyTorch loops ("linear"); Megatron-family runtimes run TE GroupedLinear ("expert_streams": one cuBLAS
-    GEMM per expert over 4 streams, Megatron experts.py TEGroupedMLP); the others one grouped launch
-    ("expert_grouped", torch._grouped_mm)."""
+    runtimes whose experts are one grouped launch (GROUPED_EXPERT_RUNTIMES: torchtitan's torch._grouped_mm,
+    compiled or not) "expert_grouped"; other eager PyTorch loops ("linear"); Megatron-family runtimes run TE GroupedLinear
+    ("expert_streams": one cuBLAS GEMM per expert over 4 streams, Megatron experts.py TEGroupedMLP); the others one
+    grouped launch ("expert_grouped")."""
+    if s.runtime in GROUPED_EXPERT_RUNTIMES:
+        return "expert_grouped"
     if s.execution == "eager":
         return "linear"
     return "expert_streams" if s.runtime in TE_GROUPED_MLP_RUNTIMES else "expert_grouped"

@@ -63,13 +63,21 @@ class Calibration:
     # the LLM Foundry / fms-fsdp full-AC rows had been 8-12 % too slow, which the shared constants had partly absorbed.
     # ascend 0.771 -> 0.755: the all-source fit once a second Ascend source (MindSpeed-LLM 1.0.RC2, 26 runs) joined
     # the corpus (43 Ascend rows; the other constants' fits moved < 0.6 % and are kept).
-    gemm_scale: float = 0.975
+    # gemm_scale 0.975 -> 0.964, fsdp 0.893 -> 0.885, hopper 0.916 -> 0.921, blackwell 0.783 -> 0.803, gaudi 0.991 ->
+    # 1.017: the all-source fits once fp8 jobs run the output layer (and router) in 16-bit as Megatron does
+    # (RuntimeSpec.fp8_16bit_gemms): the fp8 rows had been too fast by the logits GEMM's half, which the family scales
+    # had partly absorbed. With the NeMo Automodel runs evaluated too (runtime automodel: bf16 parameters, so they fit), the
+    # all-source fit of the pair (gemm_scale, zero3_overlap_fsdp) moves along a flat ridge to (0.977, 0.793): the pooled
+    # objective is 0.0726 there and 0.0727 at the committed (0.964, 0.885), within the grid's resolution. The committed
+    # point stays: the real FSDP runs (benchmarks/real/runs_torchtitan_*.yaml) measure more overlap than 0.793 gives
+    # (4x H200 median 8.8 % committed, 10.2 % at the ridge's other end); leave-one-source-out refits both anyway.
+    gemm_scale: float = 0.964
     zero3_overlap: float = 0.55
-    zero3_overlap_fsdp: float = 0.893
-    gemm_scale_hopper: float = 0.916
-    gemm_scale_blackwell: float = 0.783
+    zero3_overlap_fsdp: float = 0.885
+    gemm_scale_hopper: float = 0.921
+    gemm_scale_blackwell: float = 0.803
     gemm_scale_ascend: float = 0.755
-    gemm_scale_gaudi: float = 0.991
+    gemm_scale_gaudi: float = 1.017
 
     def zero3_overlap_for(self, impl: str) -> float:
         """The ZeRO-3 overlap of an implementation (StrategySpec.zero3_impl: "deepspeed" | "fsdp")."""

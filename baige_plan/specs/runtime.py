@@ -119,7 +119,7 @@ class UnfusedKernels:
 FUSED_KERNELS = UnfusedKernels()
 
 
-MASTERS = ("separate", "params")
+MASTERS = ("separate", "params", "params16")
 SELECTIVE = ("core_attention", "op_sac")
 LOSSES = ("fused", "eager_fp32")
 
@@ -138,6 +138,10 @@ class MemorySemantics:
                  DDP/TP/PP below ZeRO-3): each weight's cast is kept for its backward (2 B) and the activations
                  autocast leaves in fp32 (residual stream, LayerNorm) add the measured eager extra
                  (cost/execution.py EAGER.extra_activation_bytes_per_token_layer_hidden).
+             "params16": the model's parameters are 16-bit and are their own master (2 B), gradients in their
+                 dtype (2 B), and the optimizer's states K: the strategy's optimizer_bytes_per_param, else 4
+                 (torch.optim.Adam keeps m and v in the parameter dtype) -- NeMo Automodel, which builds its
+                 models in bf16 (specs/runtimes/automodel.py).
       grad_bytes_bf16 / grad_bytes_fp16: the gradient buffer the backward accumulates into, per parameter
                  (bf16/fp8 and fp16 training); sharded from ZeRO-2 on, where `grad_bytes_zero2` (when set)
                  replaces it (DeepSpeed's ZeRO-2/3 partitions model-dtype gradients), and from ZeRO-3 on
@@ -299,6 +303,13 @@ class RuntimeSpec:
     unfused: UnfusedKernels = FUSED_KERNELS   # work it runs unfused (no Transformer Engine / apex); zero: fused
     loss_kernel: str = ""              # its cross-entropy kernel when a strategy names none (StrategySpec.loss_kernel):
                                        # "" = fused vocab-parallel loss, "megatron_unfused" = Megatron's unfused one
+    # GEMMs (flops.Gemm names) its fp8 training leaves in 16-bit (cost/fp8.py keep_16bit): Megatron-core's output
+    # layer is tensor_parallel.ColumnParallelLinear, not a Transformer Engine module, so fp8_autocast does not reach
+    # it (models/gpt/gpt_model.py, core 0.19: TELMHeadColumnParallelLinear only with fp8_output_proj + mxfp8, off by
+    # default); its router's gating linear runs in moe_router_dtype or the input's 16-bit dtype (router.py
+    # router_gating_linear)
+    fp8_16bit_gemms: tuple[str, ...] = ("logits", "router")
+    fp8_16bit_gemms_mxfp8: tuple[str, ...] | None = None   # the same under the MXFP8 recipe where it differs
     notes: tuple[str, ...] = field(default_factory=tuple)   # sources for the semantics above
     extra_refusal: Callable[..., str | None] | None = None   # runtime-specific rules (model, job, strategy)
 

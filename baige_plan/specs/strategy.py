@@ -63,6 +63,9 @@ class StrategySpec:
     runtime: str = "megatron"               # baige_plan/specs/runtimes/: whose execution semantics the cost follows
     attention_kernel: str = ""              # fused-attention kernel (fa2 | cudnn | fa3); "": the runtime's
     fp8_recipe: str = ""                    # fp8 scaling (delayed | current | mxfp8); "": the chip's (cost/fp8.py)
+    fp8_output_proj: bool = False           # MXFP8 output layer (Megatron-core TransformerConfig.fp8_output_proj,
+                                            # TELMHeadColumnParallelLinear; set by Megatron-Bridge's gpt-oss and
+                                            # DeepSeek MXFP8 perf recipes); off: the logits GEMM stays 16-bit
     balanced_partition: bool = False        # layers % pp != 0 without first/last counts: the first layers % pp
                                             # stages take one layer more (DeepSpeed PipelineModule's
                                             # partition_method 'type:transformer'; specs/runtimes/deepspeed.py)

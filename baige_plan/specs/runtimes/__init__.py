@@ -18,7 +18,8 @@ from baige_plan.specs.runtime import RuntimeSpec
 
 # what `plan` offers; "megatron-local": Megatron-core without Transformer Engine (specs/runtimes/megatron_local.py)
 NAMES = ("megatron", "deepspeed", "torchtitan", "paddle", "flagscale", "megatron-local")
-BACKTEST_ONLY = ("pytorch",)   # benchmarks/real/harness.py loops: costs our measured runs, never planned
+BACKTEST_ONLY = ("pytorch", "automodel")   # costs measured runs, never planned: benchmarks/real/harness.py loops;
+# NeMo Automodel (no export)
 DEFAULT = "megatron"
 DEFAULT_HETEROGENEOUS = "flagscale"
 
