@@ -90,10 +90,18 @@ def test_op_sac_recompute_eager_uses_the_measured_recompute_traffic():
     cl, _ = CAT.cluster("a100-sxm4-80g:1x1")
     job = JobSpec(global_batch=2, seq_len=8192)
     st = {rec: stage_cost(WIDE, cl.groups[0], job, StrategySpec(dp=1, zero=0, micro_batch=2, recompute=rec,
-                                                                 runtime="torchtitan", execution="eager"), 0, 0, 2, 1)
+                                                                 runtime="torchtitan", execution="eager",
+                                                                 eager_traffic="autocast_fp32"), 0, 0, 2, 1)
           for rec in ("none", "selective")}
     assert st["selective"].compute_s - st["none"].compute_s == pytest.approx(
         2 * (gemms + 105 * T * h / HBM), rel=1e-9)
+    # torchtitan's own (bf16 parameters, fused RMSNorm: cost/execution.py Bf16EagerTraffic): the re-run forward moves
+    # a third of (84 B x h + 16.1 B x the SwiGLU's 3 f) per token and layer
+    st = {rec: stage_cost(WIDE, cl.groups[0], job, StrategySpec(dp=1, zero=0, micro_batch=2, recompute=rec,
+                                                                 runtime="torchtitan", execution="eager"), 0, 0, 2, 1)
+          for rec in ("none", "selective")}
+    assert st["selective"].compute_s - st["none"].compute_s == pytest.approx(
+        2 * (gemms + (84 * h + 16.1 * 3 * f) / 3 * T / HBM), rel=1e-9)
 
 
 def test_op_sac_reruns_the_tp_all_gathers_not_the_reduce_scatters():

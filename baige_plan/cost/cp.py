@@ -23,6 +23,26 @@ after it, not overlapped with it (torchtitan 0.3.0's FlexAttention CP: the K/V a
 torch.distributed.tensor.experimental context_parallel; Transformer Engine's `--cp-comm-type all_gather`
 overlaps only the second half of the attention with the gather and is costed the same way here):
     forward exposed = all_gather(cp * K/V block),  backward exposed = reduce_scatter(cp * K/V block)
+
+"torch_ring" -- PyTorch's ring attention for SDPA (torch.distributed.tensor.experimental context_parallel with
+the all-gather rotation and round-robin load balance, torchtitan's default before 0.3.0 and NeMo Automodel's;
+torch/distributed/tensor/experimental/_context_parallel/_attention.py `_templated_ring_attention` and
+`_templated_ring_attention_backward`, torch 2.11). K/V are all-gathered once per pass (asynchronously, waited at
+step 1: hidden under step 0's attention); each of the cp steps is its own SDPA launch over 1/cp of the rank's work;
+the step outputs are merged in fp32 (`_SDPAMerger`); the backward accumulates dQ, dK, dV in fp32 and passes the
+dK/dV partials to the next rank after every step (all-to-all `permute_tensor`, fp32), each waited at the next step
+(hidden under its attention backward) except the last. Memory-bound bytes per query element Q and K/V element K
+(torchtitan repeats GQA K/V heads before SDPA, so K = Q; TORCH_RING_* below), counted from that code:
+    forward  = 16 K (K/V .contiguous() + torch.cat for the exchange) + 12 Q (first step's and the result's casts)
+               + (cp - 1) x 42 Q (per later step: fp32 cast 6, out - block 12, x sigmoid 8, subtract 12, partial
+               update 4 on average)
+    backward = 10 Q + 36 K (fp32 zeros for dQ, dK, dV; K/V contiguous + cat; the final casts) + cp x (14 Q + 44 K)
+               (per step: dQ += 10 + partial 4; dK, dV += 20; fp32 cat for the send 16; partial 8)
+    exposed  = max(0, all_gather(K/V) - step 0) forward and backward + p2p(fp32 dK/dV block) once (the last)
+Measured on 2 and 4 H200 (benchmarks/real/cp_ring_overhead.py, benchmarks/real/cp_ring_h200x4.raw.json): the ring's
+device time over the rank's share of one whole-sequence SDPA was +4.3 ms per layer (fwd + bwd) at cp 2 and 8192
+tokens per rank, 32 heads (this rule: see tests/test_cp.py), and the host issued a layer's ring in 3.4-4.3 ms at cp 2
+(TORCH_RING_HOST_S: DTensor dispatch + the ring's Python; 49 kernels where a plain SDPA launches 9).
 """
 
 from __future__ import annotations
@@ -31,10 +51,19 @@ from dataclasses import dataclass
 
 from baige_plan.cost import collectives as C
 
-CP_COMM_TYPES = ("p2p", "allgather")
+CP_COMM_TYPES = ("p2p", "allgather", "torch_ring")
 OUT_MERGE_BYTES = 2 + 4 + 4     # per output element per step: read the 16-bit step output, read + write fp32 out
 OUT_CAST_BYTES = 4 + 2          # fp32 out -> the 16-bit layer output, once
 GRAD_ACC_BYTES = 3 * 2          # dq.add_(dq_) / dkv.add_(dkv_) in 16 bits: read two, write one
+# torch ring attention (module docstring): bytes per query / key-value element
+TORCH_RING_FWD_Q, TORCH_RING_FWD_K, TORCH_RING_FWD_Q_STEP = 12, 16, 42
+TORCH_RING_BWD_Q, TORCH_RING_BWD_K, TORCH_RING_BWD_Q_STEP, TORCH_RING_BWD_K_STEP = 10, 36, 14, 44
+# Host seconds to issue one layer's ring attention, forward + backward, eager (DTensor dispatch of the SDPA op and the
+# ring's Python loop): measured 3.4-4.3 ms at cp 2 on the device machine's host (cp_ring_h200x4.raw.json, median of
+# 5 shapes 4.0 ms, less a plain SDPA's ~0.1 ms); at cp 4 the ring synchronised with the device inside the iteration
+# and its host time could not be isolated: the cp 2 figure is used for every cp
+TORCH_RING_HOST_S = 3.9e-3
+TORCH_RING_HOST_FWD_SHARE = 0.4   # the forward's share of the ring's host ops (about 25 of 63, counted from the code)
 
 
 @dataclass(frozen=True)
@@ -58,6 +87,16 @@ def cp_attention(cp: int, comm: str, attn_fwd_step_s: float, attn_bwd_step_s: fl
     if comm not in CP_COMM_TYPES:
         raise ValueError(f"unknown CP communication {comm!r}: one of {CP_COMM_TYPES}")
     kv_elems = kv_block_bytes / act_bytes
+    if comm == "torch_ring":
+        # K/V repeated to the query heads before SDPA (torchtitan repeat_kv / enable_gqa): K = Q per tensor
+        k_el = q_elems
+        ag = C.all_gather_s(2 * k_el * act_bytes * cp, link)
+        exposed_f = max(0.0, ag - attn_fwd_step_s)
+        exposed_b = max(0.0, ag - attn_bwd_step_s) + C.p2p_s(2 * k_el * 4, link)
+        fwd_b = TORCH_RING_FWD_K * k_el + (TORCH_RING_FWD_Q + (cp - 1) * TORCH_RING_FWD_Q_STEP) * q_elems
+        bwd_b = (TORCH_RING_BWD_Q + cp * TORCH_RING_BWD_Q_STEP) * q_elems \
+            + (TORCH_RING_BWD_K + cp * TORCH_RING_BWD_K_STEP) * k_el
+        return CpAttention(exposed_f, exposed_b, fwd_b / hbm_Bps, bwd_b / hbm_Bps)
     if comm == "allgather":
         full = kv_block_bytes * cp
         return CpAttention(C.all_gather_s(full, link), C.reduce_scatter_s(full, link), 0.0, 0.0)

@@ -21,9 +21,10 @@ from types import MappingProxyType
 
 from baige_plan.cost import collectives as C
 from baige_plan.cost.compute import ChipRates, gemm_time_s, layer_memory_bytes
-from baige_plan.cost.cp import cp_attention
+from baige_plan.cost.cp import TORCH_RING_HOST_FWD_SHARE, TORCH_RING_HOST_S, cp_attention
 from baige_plan.cost.execution import (
     EAGER,
+    EAGER_BF16,
     FUSED_LOSS_BYTES_PER_LOGIT,
     MEGATRON_UNFUSED_LOSS_BYTES_PER_LOGIT,
     eager_host_s,
@@ -306,11 +307,20 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
         d_params, e_params = layer_params_split(model, moe)
         rep = EAGER.tp_replicated_share
         tok_h = tokens * model.hidden * (rep / (s.tp if sp else 1) + (1 - rep) / s.tp)
-        per_layer = EAGER.bytes_per_token_layer_hidden * tok_h
+        if (s.eager_traffic or runtimes.get(s.runtime).eager_traffic) == "bf16":
+            # bf16 parameters without autocast, fused norms (cost/execution.py Bf16EagerTraffic)
+            e16 = EAGER_BF16
+            width = model.ffn_hidden * (3 if model.activation == "swiglu" else 1) / model.hidden
+            per_layer = (e16.bytes_per_token_layer_hidden + e16.bytes_per_token_layer_mlp_width * width) * tok_h
+            param_b = e16.bytes_per_param_per_micro_batch
+            eager_rec = per_layer * EAGER.fwd_share / r.hbm_Bps
+        else:
+            per_layer = EAGER.bytes_per_token_layer_hidden * tok_h
+            param_b = EAGER.bytes_per_param_per_micro_batch
+            eager_rec = EAGER.recompute_bytes_per_token_layer_hidden * tok_h / r.hbm_Bps
         m_f = (per_layer * EAGER.fwd_share + core_b) / r.hbm_Bps
-        m_b = (per_layer * (1 - EAGER.fwd_share) + 2 * core_b + EAGER.bytes_per_param_per_micro_batch
+        m_b = (per_layer * (1 - EAGER.fwd_share) + 2 * core_b + param_b
                * (d_params / s.tp + e_params / (s.ep * s.etp))) / r.hbm_Bps
-        eager_rec = EAGER.recompute_bytes_per_token_layer_hidden * tok_h / r.hbm_Bps
     lf = g_f + a_f + m_f
     lb = 2 * g_f + a_b + m_b
     # the forward's device time after an MoE dispatcher's host sync, by phase (cost/moe.py host_bound_moe_layer_s):
@@ -355,15 +365,16 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
                          g.k / s.cp if g.name == "attn_pv" else g.k, g.count, g.kind) for g in att]
         step_f = sum(gemm_time_s(g, r) for g in att_step)
         step_b = sum(gemm_time_s(g, r, passes=2, bwd=True) for g in att_step)
-        comm = runtimes.get(s.runtime).cp_comm
+        comm = s.cp_comm or runtimes.get(s.runtime).cp_comm
         cpa = cp_attention(s.cp, comm, step_f, step_b, s.micro_batch * seq / s.cp * model.heads * model.head_dim
                            / s.tp, kv_blk, act_bytes, r.hbm_Bps, cp_link)
         t_cp_f, t_cp_b = cpa.exposed_fwd_s, cpa.exposed_bwd_s
         if not timed:
             # the per-step merging is memory-bound compute; the ring's steps are launches over 1/cp of the
             # rank's attention each, less efficient than one launch over all of it
-            lf += cpa.extra_fwd_s + (s.cp * step_f - a_f if comm == "p2p" else 0.0)
-            lb += cpa.extra_bwd_s + (s.cp * step_b - a_b if comm == "p2p" else 0.0)
+            stepped = comm in ("p2p", "torch_ring")
+            lf += cpa.extra_fwd_s + (s.cp * step_f - a_f if stepped else 0.0)
+            lb += cpa.extra_bwd_s + (s.cp * step_b - a_b if stepped else 0.0)
     fwd += lf + t_tp + t_ep + t_cp_f
     bwd += lb + t_tp_b + t_ep + t_cp_b
     comp += lf + lb
@@ -667,6 +678,10 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
         host = eager_host_s(n_layers, n_moe, local_e, s.recompute == "full", s.dp * s.cp, s.zero, s.tp,
                             ep=s.ep, expert_ddp=s.edp > 1, micro_batches=m,
                             ranks_per_host=min(group.devices_per_node, s.tp * s.pp * s.dp * s.cp))
+        if s.cp > 1 and (s.cp_comm or ctx.rt.cp_comm) == "torch_ring":
+            # PyTorch's ring attention: DTensor dispatch and the ring's Python per layer (cost/cp.py TORCH_RING_HOST_S,
+            # forward + backward); full recomputation issues the forward's share again (25 of its ~63 ops)
+            host += n_layers * TORCH_RING_HOST_S * (1.0 + TORCH_RING_HOST_FWD_SHARE * (s.recompute == "full"))
         if n_moe and s.ep > 1:
             bwd += host
         else:

@@ -56,6 +56,27 @@ class EagerTraffic:
 
 
 @dataclass(frozen=True)
+class Bf16EagerTraffic:
+    """Eager PyTorch on bf16 parameters without autocast, norms fused (StrategySpec / RuntimeSpec eager_traffic
+    "bf16"): torchtitan on FSDP2's bf16 param_dtype with torch >= 2.8, whose nn.RMSNorm runs one fused kernel
+    (aten._fused_rms_norm, pytorch#153666; before it, a composite of fp32 elementwise ops: the harness figure EAGER
+    stands in for that). Measured on one H100 (benchmarks/real/recompute_kernels_h100.raw.json, torch 2.11, bf16
+    parameters, SDPA flash; benchmarks/real/README.md "What the 2-GPU torchtitan runs say about eager costs"): the
+    non-GEMM, non-attention kernels of a layer's forward + backward move 135-145 B per token x layer x hidden for MPT
+    shapes (LayerNorm, GeLU 4h) and about 270 B for Llama 2 70B (RMSNorm, SwiGLU 3.5h):
+        84 B x hidden + 16.1 B x the MLP's elementwise width (ffn for GeLU; 3 ffn for SwiGLU's gate, up, product)
+    per token and layer, and 6 B per parameter per micro-batch (FSDP2's cast of the bf16 gradients to its fp32
+    reduce dtype). Full recomputation re-runs the forward's share (EAGER.fwd_share) of the per-layer traffic."""
+
+    bytes_per_token_layer_hidden: float = 84.0
+    bytes_per_token_layer_mlp_width: float = 16.1
+    bytes_per_param_per_micro_batch: float = 6.0
+
+
+EAGER_TRAFFIC_KINDS = ("autocast_fp32", "bf16")
+
+
+@dataclass(frozen=True)
 class EagerHost:
     """Host (CPU) dispatch of eager PyTorch, counted in aten ops per micro-batch (fwd + bwd) from the
     harness traces (`cpu_ops_per_step`): 290 per transformer layer (125M/350M/1.3B and per PP stage
@@ -184,6 +205,7 @@ class LaunchHost:
 
 
 EAGER = EagerTraffic()
+EAGER_BF16 = Bf16EagerTraffic()
 EAGER_HOST = EagerHost()
 FSDP2_HOST = Fsdp2Host()
 LAUNCH_HOST = LaunchHost()

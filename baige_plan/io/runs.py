@@ -244,6 +244,54 @@ _TORCHTITAN_NO_EARLY_STOP_DATE = "2025-08-29"
 _TORCHTITAN_NO_EARLY_STOP_RELEASE = (0, 2)
 
 
+# torchtitan moved context parallelism to FlexAttention's K/V all-gather in 0.3.0 (specs/runtimes/torchtitan.py "CP");
+# releases before it (0.2.x, and the 2024-2025 commits the published runs name) ran PyTorch's SDPA ring attention
+_TORCHTITAN_FLEX_CP_RELEASE = (0, 3)
+
+
+_TORCH_FUSED_RMSNORM = (2, 8)      # aten._fused_rms_norm (pytorch#153666, 2025-05), released in torch 2.8 (2025-08)
+_TORCH_FUSED_RMSNORM_DATE = "2025-08"
+
+
+def _eager_traffic(par: dict, runtime: str, notes: list[str]) -> str:
+    """A torchtitan-costed row's eager traffic (StrategySpec.eager_traffic): `parallel.eager_traffic` when given;
+    "bf16" (the runtime's: bf16 parameters, fused RMSNorm) when the framework text names torchtitan >= 0.2, torch >=
+    2.8 or a date from 2025-08 on; otherwise "autocast_fp32": PyTorch loops of older releases (composite fp32
+    RMSNorm, LLM Foundry / fms-fsdp mixed precision), for which the harness figure stands in."""
+    if par.get("eager_traffic"):
+        return str(par["eager_traffic"])
+    if runtime != "torchtitan":
+        return ""
+    fw = str(par.get("framework") or "").lower()
+    tt = re.search(r"torchtitan[ =v]*(\d+)\.(\d+)\.", fw)
+    torch_v = re.search(r"(?:pytorch[:\s]|torch )(\d+)\.(\d+)", fw)
+    date = re.search(r"(20\d\d-\d\d)", fw)
+    if (tt and (int(tt.group(1)), int(tt.group(2))) >= (0, 2)) or \
+            (torch_v and (int(torch_v.group(1)), int(torch_v.group(2))) >= _TORCH_FUSED_RMSNORM) or \
+            (not torch_v and not tt and date and date.group(1) >= _TORCH_FUSED_RMSNORM_DATE):
+        return ""
+    notes.append("eager traffic: autocast/composite-norm figure (torch before 2.8 or not stated)")
+    return "autocast_fp32"
+
+
+def _cp_comm(par: dict, runtime: str, cp: int, notes: list[str]) -> str:
+    """A row's context-parallel attention (StrategySpec.cp_comm; "" = the runtime's): `parallel.cp_comm` when given;
+    a torchtitan run of a release before 0.3.0 (its framework text names a version < 0.3, or a date before 2026) ran
+    PyTorch's ring attention for SDPA (cost/cp.py "torch_ring")."""
+    if par.get("cp_comm"):
+        return str(par["cp_comm"])
+    if runtime != "torchtitan" or cp <= 1:
+        return ""
+    fw = str(par.get("framework") or "").lower()
+    ver = re.search(r"torchtitan[ =v]*(\d+)\.(\d+)\.", fw)
+    date = re.search(r"(20\d\d)-\d\d", fw)
+    if (ver and (int(ver.group(1)), int(ver.group(2))) < _TORCHTITAN_FLEX_CP_RELEASE) or \
+            (not ver and date and int(date.group(1)) < 2026):
+        notes.append("context parallelism: PyTorch SDPA ring attention (torchtitan before 0.3.0)")
+        return "torch_ring"
+    return ""
+
+
 def _recompute_early_stop(par: dict, runtime: str, notes: list[str]) -> str:
     """Whether a PyTorch-loop row's full recomputation stopped early (StrategySpec.recompute_early_stop; "" = the
     runtime's): `parallel.recompute_early_stop` when given, else from the versions its framework text names -- a
@@ -477,6 +525,8 @@ def _case(row: dict, rid: str, md: dict, hw: dict, par: dict, notes: list[str], 
                                 runtime=runtime, attention_kernel=str(par.get("attention_kernel") or ""),
                                 fp8_recipe=str(par.get("fp8_recipe") or ""), balanced_partition=balanced,
                                 fp8_output_proj=bool(par.get("fp8_output_proj", False)),
+                                cp_comm=_cp_comm(par, runtime, par_int("cp"), notes),
+                                eager_traffic=_eager_traffic(par, runtime, notes),
                                 **dict(zip(("moe_token_drop", "cuda_graph_scope"),
                                            _moe_host_recipe(row, par, notes) if model.moe is not None else (False, ""),
                                            strict=True)),

@@ -279,7 +279,9 @@ class RuntimeSpec:
     uneven_interleaved: bool = False   # first/last stage layer counts together with vpp > 1
     split_accounting: bool = False     # embedding / loss counted as pipeline layers (Megatron account_for_*)
     bf16_grad_reduce: bool = False     # bf16 main grads reduced in bf16 (Megatron --grad-reduce-in-bf16)
-    cp_comm: str = "p2p"               # context-parallel attention: "p2p" ring | "allgather" (cost/cp.py)
+    cp_comm: str = "p2p"               # context-parallel attention: "p2p" ring | "allgather" | "torch_ring" (cost/cp.py)
+    eager_traffic: str = "autocast_fp32"   # eager execution's non-GEMM traffic (cost/execution.py): the harness's
+                                       # autocast over fp32 parameters, or "bf16" (bf16 parameters, fused norms)
     balanced_partition: bool = False   # uneven layer counts split balanced over the stages (StrategySpec field)
     fsdp_zero2: bool = False           # zero 2 = FSDP SHARD_GRAD_OP (reshard_after_forward=False), not DeepSpeed's
     fp8_param_gather: bool = False     # fp8 training keeps fp8 primary weights (StrategySpec field; Megatron

@@ -63,6 +63,10 @@ class StrategySpec:
     runtime: str = "megatron"               # baige_plan/specs/runtimes/: whose execution semantics the cost follows
     attention_kernel: str = ""              # fused-attention kernel (fa2 | cudnn | fa3); "": the runtime's
     fp8_recipe: str = ""                    # fp8 scaling (delayed | current | mxfp8); "": the chip's (cost/fp8.py)
+    eager_traffic: str = ""                 # eager non-GEMM traffic (cost/execution.py): autocast_fp32 | bf16;
+                                            # "": the runtime's (a run of an older torch states its own)
+    cp_comm: str = ""                       # context-parallel attention (cost/cp.py: p2p | allgather | torch_ring);
+                                            # "": the runtime's (a run of an older release states its own)
     fp8_output_proj: bool = False           # MXFP8 output layer (Megatron-core TransformerConfig.fp8_output_proj,
                                             # TELMHeadColumnParallelLinear; set by Megatron-Bridge's gpt-oss and
                                             # DeepSeek MXFP8 perf recipes); off: the logits GEMM stays 16-bit
@@ -102,6 +106,10 @@ class StrategySpec:
                     "optimizer_bytes_per_param", f"must be from 0 to 64, got {ob!r}")
         require(self.attention_kernel in ("", "fa2", "cudnn", "fa3"), "attention_kernel",
                 f"must be fa2, cudnn or fa3, got {self.attention_kernel!r}")
+        require(self.eager_traffic in ("", "autocast_fp32", "bf16"), "eager_traffic",
+                f"must be autocast_fp32 or bf16, got {self.eager_traffic!r}")
+        require(self.cp_comm in ("", "p2p", "allgather", "torch_ring"), "cp_comm",
+                f"must be p2p, allgather or torch_ring, got {self.cp_comm!r}")
         require(self.fp8_recipe in ("", "delayed", "current", "mxfp8"), "fp8_recipe",
                 f"must be delayed, current or mxfp8, got {self.fp8_recipe!r}")
         require(self.moe_dispatcher in ("", "alltoall", "allgather", "flex"), "moe_dispatcher",

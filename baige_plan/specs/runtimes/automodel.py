@@ -43,4 +43,7 @@ RUNTIME = replace(
     package="nemo_automodel",
     version=VERSION,
     memory=MEMORY,
+    # context parallelism through torch's context_parallel with SDPA (the benchmark recipes set attn_implementation
+    # sdpa "required for cp>1"): PyTorch's ring attention (cost/cp.py "torch_ring")
+    cp_comm="torch_ring",
 )

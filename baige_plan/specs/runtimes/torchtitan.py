@@ -234,6 +234,9 @@ RUNTIME = RuntimeSpec(
     grad_sync=_grad_sync,
     memory=MEMORY,
     cp_comm="allgather",               # FlexAttention CP: K/V all-gathered (module docstring, "CP")
+    # FSDP2 MixedPrecisionPolicy(param_dtype=bf16) computes in bf16 without autocast; on torch >= 2.8 nn.RMSNorm is one
+    # fused kernel (aten._fused_rms_norm): cost/execution.py Bf16EagerTraffic (runs of older torch state theirs)
+    eager_traffic="bf16",
     # PyTorch SDPA's flash backend (FlashAttention-2) in the torch releases published torchtitan / FSDP runs used
     # (cuDNN was opt-in from 2.5: pytorch#138522, preferred again only with cuDNN > 9.15, torch 2.11); 0.3.0's
     # FlexAttention is FA2-class (PyTorch's FlexAttention post: ~90% of FA2 forward, ~85% backward)
