@@ -17,7 +17,7 @@ MODEL_KEYS = ("name", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vo
               "tie_embeddings", "head_dim", "dropout")
 
 
-def row(plan: dict, summ: dict, gpu: str, chip: str, env: dict, skip: int, date: str) -> dict:
+def row(plan: dict, summ: dict, gpu: str, chip: str, env: dict, skip: int, date: str, compiled: bool = False) -> dict:
     s, m, job = plan["strategy"], plan["inputs"]["model"], plan["inputs"]["job"]
     groups = plan["inputs"]["cluster"]["groups"]
     n = sum(g["nodes"] * g["devices_per_node"] for g in groups)
@@ -43,9 +43,12 @@ def row(plan: dict, summ: dict, gpu: str, chip: str, env: dict, skip: int, date:
             "sequence_parallel": bool(s.get("sequence_parallel")), "micro_batch": s["micro_batch"],
             "global_batch_seqs": job["global_batch"], "recompute": s.get("recompute", "none"),
             "precision": job["precision"], "attention": s.get("attention", "flash"),
-            "runtime": "torchtitan", "execution": s.get("execution", "eager"), "tp_comm_overlap": False,
+            "runtime": "torchtitan", "execution": "fused" if compiled else s.get("execution", "eager"),
+            "tp_comm_overlap": False,
             "framework": (f"torchtitan 0.2.2 (PyPI wheel) on torch {env['torch']}: {fsdp}, bf16 params / fp32 "
-                          "reduce (MixedPrecisionPolicy), SDPA causal attention, eager (no torch.compile)"
+                          "reduce (MixedPrecisionPolicy), SDPA causal attention, "
+                          + ("torch.compile (model and loss; EXTRA_ARGS=--compile.enable)" if compiled
+                             else "eager (no torch.compile)")
                           + (", op-level selective AC" if s.get("recompute") == "selective" else "")),
         },
         "results": {"step_time_s": summ["step_time_s"],
@@ -69,6 +72,7 @@ def main() -> None:
     ap.add_argument("--skip", type=int, default=3)
     ap.add_argument("--date", default="2026-11-26")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--compiled", action="store_true", help="the runs were launched with EXTRA_ARGS=--compile.enable")
     a = ap.parse_args()
     summ = {}
     for f in a.summaries:
@@ -80,7 +84,7 @@ def main() -> None:
     for d in sorted(Path(a.exports).iterdir()):
         if d.name in summ and (d / "plan.yaml").is_file():
             rows.append(row(yaml.safe_load((d / "plan.yaml").read_text()), summ[d.name], a.gpu, a.chip,
-                            {"torch": a.torch, "cuda": "13.0"}, a.skip, a.date))
+                            {"torch": a.torch, "cuda": "13.0"}, a.skip, a.date, a.compiled))
     Path(a.out).write_text(yaml.safe_dump({"schema_version": 1, "rows": rows}, sort_keys=False, width=120))
     print(f"{len(rows)} rows -> {a.out}")
 
