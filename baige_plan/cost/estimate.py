@@ -64,8 +64,10 @@ from baige_plan.cost.moe import (
     moe_layer_launches,
     moe_layer_terms,
 )
+from baige_plan.cost.offload import activation_offload
 from baige_plan.cost.params import layer_params_split
 from baige_plan.cost.recompute import early_stop_skip_s, recompute_early_stop
+from baige_plan.errors import SpecError
 from baige_plan.specs import runtimes
 from baige_plan.specs.calibration import COMMITTED, Calibration
 from baige_plan.specs.job import JobSpec
@@ -690,6 +692,18 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
     last = index == s.pp - 1
     extra_act = 0.0
     emb_p = 0.0
+    if s.activation_offload_layers:
+        # Megatron-core activation offloading to host memory (cost/offload.py)
+        chip = group.chip
+        host_bw = chip.host_link_GBps or chip.pcie_GBps
+        if host_bw is None:
+            raise SpecError("activation_offload_layers",
+                            f"chip {chip.id} states no host link (host_link or pcie): offloading cannot be costed")
+        off = activation_offload(s.activation_offload_layers, n_layers, act, fwd, bwd, host_bw)
+        fwd += off.exposed_fwd_s
+        bwd += off.exposed_bwd_s
+        act *= off.keep_fraction
+        extra_act += off.buffer_bytes
     if index == 0:
         emb_p += model.vocab * model.hidden / s.tp
         emb = entry.embedding if entry is not None else None

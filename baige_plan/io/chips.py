@@ -151,7 +151,8 @@ def chip_from_doc(doc: Any, src: str) -> ChipSpec:
     doc = expect_schema(doc, src, SCHEMA)
     top = check_keys(doc, src, "", {"schema", "id", "name", "vendor", "family", "sources", "peak_tflops",
                                     "memory", "scaleup", "scaleout", "measured"},
-                     {"collective_library", "reference_id", "pcie", "notes", "variant", "architecture", "price"})
+                     {"collective_library", "reference_id", "pcie", "host_link", "notes", "variant", "architecture",
+                      "price"})
     cites = top["sources"]
     if not isinstance(cites, dict) or not cites:
         raise InputError(src, "sources", "must map source keys to citations")
@@ -171,6 +172,7 @@ def chip_from_doc(doc: Any, src: str) -> ChipSpec:
     dpn = _sourced(su, "devices_per_node", src, "scaleup", cites)
     so = check_keys(top["scaleout"], src, "scaleout", {"nic_Gbps_per_device"})
     pcie = check_keys(top.get("pcie") or {}, src, "pcie", set(), {"GBps_per_dir", "gen"})
+    host = check_keys(top.get("host_link") or {}, src, "host_link", set(), {"GBps_per_dir", "kind"})
     meas = check_keys(top["measured"], src, "measured", {"gemm_efficiency"},
                       {"hbm_efficiency", "scaleup_efficiency", "nic_efficiency", "scaleup_latency_us",
                        "nic_latency_us", "observations", "flash_attention_efficiency", "links", "attention_kernels"})
@@ -192,6 +194,7 @@ def chip_from_doc(doc: Any, src: str) -> ChipSpec:
             devices_per_node=int(dpn) if dpn is not None else 8,
             nic_Gbps=_sourced(so, "nic_Gbps_per_device", src, "scaleout", cites),
             pcie_GBps=_sourced(pcie, "GBps_per_dir", src, "pcie", cites, required=False),
+            host_link_GBps=_sourced(host, "GBps_per_dir", src, "host_link", cites, required=False),
             gemm_efficiency=curves,
             hbm_efficiency=_sourced(meas, "hbm_efficiency", src, "measured", cites, required=False),
             scaleup_efficiency=_sourced(meas, "scaleup_efficiency", src, "measured", cites, required=False),

@@ -274,6 +274,14 @@ def _eager_traffic(par: dict, runtime: str, notes: list[str]) -> str:
     return "autocast_fp32"
 
 
+def _offload_layers(par: dict, src: str, rid: str) -> int:
+    """`parallel.activation_offload_layers` (Megatron cpu_offloading_num_layers): a whole number >= 0, default 0."""
+    v = par.get("activation_offload_layers", 0) or 0
+    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+        raise InputError(src, f"rows[{rid}].parallel.activation_offload_layers", f"must be a whole number >= 0, got {v!r}")
+    return v
+
+
 def _cp_comm(par: dict, runtime: str, cp: int, notes: list[str]) -> str:
     """A row's context-parallel attention (StrategySpec.cp_comm; "" = the runtime's): `parallel.cp_comm` when given;
     a torchtitan run of a release before 0.3.0 (its framework text names a version < 0.3, or a date before 2026) ran
@@ -527,6 +535,7 @@ def _case(row: dict, rid: str, md: dict, hw: dict, par: dict, notes: list[str], 
                                 fp8_output_proj=bool(par.get("fp8_output_proj", False)),
                                 cp_comm=_cp_comm(par, runtime, par_int("cp"), notes),
                                 eager_traffic=_eager_traffic(par, runtime, notes),
+                                activation_offload_layers=_offload_layers(par, src, rid),
                                 **dict(zip(("moe_token_drop", "cuda_graph_scope"),
                                            _moe_host_recipe(row, par, notes) if model.moe is not None else (False, ""),
                                            strict=True)),

@@ -16,7 +16,7 @@ from baige_plan.specs.link import LinkCurves
 
 # issue 19: a figure beyond these is a unit error (or 1e308), never a chip: about 1,000x the largest real one
 CEILINGS = {"peak_tflops": 1e7, "memory_gib": 1e6, "hbm_GBps": 1e7, "scaleup_GBps": 1e7, "scaleup_p2p_GBps": 1e7,
-            "nic_Gbps": 1e7, "pcie_GBps": 1e6, "scaleup_latency_us": 1e7, "nic_latency_us": 1e7}
+            "nic_Gbps": 1e7, "pcie_GBps": 1e6, "host_link_GBps": 1e6, "scaleup_latency_us": 1e7, "nic_latency_us": 1e7}
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 SCALEUP_KINDS = ("switch", "mesh", "pcie", "torus")
@@ -93,6 +93,8 @@ class ChipSpec:
     nic_curves: LinkCurves | None = None        # measured.links.nic
     price_usd_per_device_hour: float | None = None  # price.usd_per_device_hour (list price; None = unknown)
     price_date: str | None = None               # price.usd_per_device_hour.date: when the price was read
+    # device <-> host memory per direction where it is not PCIe (Grace superchips: NVLink-C2C); None: pcie_GBps
+    host_link_GBps: float | None = None
 
     def __post_init__(self) -> None:
         require(bool(self.id), "id", "must be a non-empty string")
@@ -102,7 +104,7 @@ class ChipSpec:
             require(v is None or 0 < v <= CEILINGS["peak_tflops"], f"peak_tflops.{k}",
                     f"must be > 0 and at most {CEILINGS['peak_tflops']:g} or null, got {v}")
         for name in ("memory_gib", "hbm_GBps", "scaleup_GBps", "scaleup_p2p_GBps", "nic_Gbps", "pcie_GBps",
-                     "scaleup_latency_us", "nic_latency_us"):
+                     "host_link_GBps", "scaleup_latency_us", "nic_latency_us"):
             v = getattr(self, name)
             require(v is None or 0 < v <= CEILINGS[name], name,
                     f"must be > 0 and at most {CEILINGS[name]:g} or null, got {v}")

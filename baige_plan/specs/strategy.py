@@ -63,6 +63,8 @@ class StrategySpec:
     runtime: str = "megatron"               # baige_plan/specs/runtimes/: whose execution semantics the cost follows
     attention_kernel: str = ""              # fused-attention kernel (fa2 | cudnn | fa3); "": the runtime's
     fp8_recipe: str = ""                    # fp8 scaling (delayed | current | mxfp8); "": the chip's (cost/fp8.py)
+    activation_offload_layers: int = 0      # layers per stage whose activations go to host memory (Megatron
+                                            # cpu_offloading_num_layers; cost/offload.py)
     eager_traffic: str = ""                 # eager non-GEMM traffic (cost/execution.py): autocast_fp32 | bf16;
                                             # "": the runtime's (a run of an older torch states its own)
     cp_comm: str = ""                       # context-parallel attention (cost/cp.py: p2p | allgather | torch_ring);
@@ -106,6 +108,8 @@ class StrategySpec:
                     "optimizer_bytes_per_param", f"must be from 0 to 64, got {ob!r}")
         require(self.attention_kernel in ("", "fa2", "cudnn", "fa3"), "attention_kernel",
                 f"must be fa2, cudnn or fa3, got {self.attention_kernel!r}")
+        require(isinstance(self.activation_offload_layers, int) and self.activation_offload_layers >= 0,
+                "activation_offload_layers", f"must be a whole number >= 0, got {self.activation_offload_layers!r}")
         require(self.eager_traffic in ("", "autocast_fp32", "bf16"), "eager_traffic",
                 f"must be autocast_fp32 or bf16, got {self.eager_traffic!r}")
         require(self.cp_comm in ("", "p2p", "allgather", "torch_ring"), "cp_comm",
