@@ -265,6 +265,8 @@ def test_megatron_zero3_costs_per_micro_batch_gathers():
     (dict(framework="pytorch 2.11.0+cu130 Megatron-style TP", zero_or_sharding="none (tensor parallel)"),
      "pytorch", 0),
     (dict(framework="Megatron-DeepSpeed", zero_or_sharding="ZeRO-1"), "deepspeed", 1),
+    (dict(framework="NeMo AutoModel (PyTorch FSDP2 + Transformer Engine)", zero_or_sharding="FSDP2 full shard"),
+     "automodel", 3),
 ])
 def test_runs_loader_maps_fsdp_rows(par, runtime, zero):
     assert runtime_of(par.get("framework"), par.get("zero_or_sharding")) == runtime

@@ -376,6 +376,9 @@ def runtime_of(framework, sharding) -> str:
         return "deepspeed"
     if "torchtitan" in t:
         return "torchtitan"
+    if "automodel" in t:
+        # NeMo Automodel: PyTorch FSDP2 on bf16 parameters (specs/runtimes/automodel.py), not NeMo's Megatron path
+        return "automodel"
     if "paddle" in t:
         return "paddle"
     if any(k in t for k in ("llm foundry", "llm-foundry", "llmfoundry", "fms-fsdp", "fms_fsdp")):
