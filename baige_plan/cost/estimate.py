@@ -312,7 +312,11 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
         if (s.eager_traffic or runtimes.get(s.runtime).eager_traffic) == "bf16":
             # bf16 parameters without autocast, fused norms (cost/execution.py Bf16EagerTraffic)
             e16 = EAGER_BF16
-            width = model.ffn_hidden * (3 if model.activation == "swiglu" else 1) / model.hidden
+            # the MLP's elementwise width: the dense FFN, or an MoE layer's routed (top-k) and shared experts
+            ffn = model.ffn_hidden
+            if moe and model.moe is not None:
+                ffn = model.moe.expert_ffn_hidden * (model.moe.top_k + model.moe.shared_experts)
+            width = ffn * (3 if model.activation == "swiglu" else 1) / model.hidden
             per_layer = (e16.bytes_per_token_layer_hidden + e16.bytes_per_token_layer_mlp_width * width) * tok_h
             param_b = e16.bytes_per_param_per_micro_batch
             eager_rec = per_layer * EAGER.fwd_share / r.hbm_Bps
