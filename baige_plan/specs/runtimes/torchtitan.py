@@ -220,12 +220,11 @@ RUNTIME = RuntimeSpec(
     sequence_parallel="optional",
     recompute=("none", "selective", "full"),   # selective = op-level SAC (op_sac_recomputed, memory "op_sac")
     precisions=("bf16", "fp8", "fp32"),
-    # components/quantization/float8.py Float8LinearConverter converts every nn.Linear whose dims are multiples of 16
-    # and whose fqn is in no filter_fqns (config/job_config.py Float8Linear.filter_fqns default []): the output layer
-    # and the MoE router gate too; the MXFP8 converter's filter_fqns default is ["output"] ("By default we always
-    # skip the output layer")
-    fp8_16bit_gemms=(),
-    fp8_16bit_gemms_mxfp8=("logits",),
+    # components/quantization/float8.py Float8LinearConverter converts every nn.Linear not in filter_fqns (default []),
+    # but torchtitan's llama3 train configs set filter_fqns = ["output"] (models/llama3/train_configs/llama3_8b.toml,
+    # _70b, _405b @ 820504e), the MXFP8 converter skips the output layer by default, and our export keeps lm_head in
+    # bf16: the logits GEMM stays 16-bit (the MoE router gate is converted)
+    fp8_16bit_gemms=("logits",),
     heterogeneous=False,
     schedules=("1F1B", "Interleaved1F1B"),
     execution="eager",
