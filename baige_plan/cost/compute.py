@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from baige_plan.cost.flops import Gemm
+from baige_plan.cost.flops import SIXTEEN_BIT_KIND, Gemm
 from baige_plan.cost.memory import FP32_PRECISIONS  # fp32 storage: 4-byte weights, grads, activations
 from baige_plan.specs.calibration import COMMITTED
 from baige_plan.specs.chip import ChipSpec
@@ -106,7 +106,7 @@ def gemm_time_s(g: Gemm, r: ChipRates, passes: float = 1.0, bwd: bool = False) -
     attention = g.kind.startswith("attention")
     # attention, and the linears an fp8 job keeps in 16-bit (cost/fp8.py keep_16bit), run in attn_dtype: the
     # 16-bit type in fp8 training, the job's own otherwise
-    dtype, peak = ((r.attn_dtype, r.attn_peak_flops) if attention or g.kind == "linear_16bit"
+    dtype, peak = ((r.attn_dtype, r.attn_peak_flops) if attention or g.kind == SIXTEEN_BIT_KIND
                    else (r.dtype, r.peak_flops))
     if g.kind == "attention_flash" and r.fused_dtype:
         dtype, peak = r.fused_dtype, r.fused_peak_flops

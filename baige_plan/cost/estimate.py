@@ -30,13 +30,14 @@ from baige_plan.cost.execution import (
     eager_host_s,
 )
 from baige_plan.cost.flops import (
+    SIXTEEN_BIT_KIND,
     Gemm,
     attention_gemms,
     linear_gemms,
     logits_gemm,
     megatron_model_flops,
 )
-from baige_plan.cost.fp8 import SIXTEEN_BIT_KIND, fp8_quantize_bytes, fp8_recipe, keep_16bit
+from baige_plan.cost.fp8 import fp8_quantize_bytes, fp8_recipe, keep_16bit
 from baige_plan.cost.memory import (
     BF16_GRAD_BYTES,
     FP32_PRECISIONS,

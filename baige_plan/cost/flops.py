@@ -56,6 +56,9 @@ def narayanan_eq3_flops(batch: int, seq_len: int, layers: int, hidden: int, voca
     return 96.0 * B * s * L * h * h * (1.0 + s / (6.0 * h) + V / (16.0 * L * h))
 
 
+SIXTEEN_BIT_KIND = "linear_16bit"   # a linear an fp8 job runs in 16-bit (cost/fp8.py keep_16bit)
+
+
 @dataclass(frozen=True)
 class Gemm:
     """One GEMM kind in a layer, per device, forward pass: (m x k) @ (k x n), `count` instances
@@ -66,7 +69,7 @@ class Gemm:
     n: float
     k: float
     count: float = 1.0
-    kind: str = "linear"       # linear | attention
+    kind: str = "linear"       # linear | attention | ... | SIXTEEN_BIT_KIND
 
     @property
     def flops(self) -> float:

@@ -19,14 +19,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from baige_plan.cost.flops import Gemm
+from baige_plan.cost.flops import SIXTEEN_BIT_KIND, Gemm
 from baige_plan.specs import runtimes
 from baige_plan.specs.chip import ChipSpec
 
 FP8_RECIPES = ("delayed", "current", "mxfp8")
 QUANTIZE_BYTES = {"delayed": 4.0, "current": 6.0, "mxfp8": 2.0 + 1.0 + 1.0 + 2.0 / 32}
 MXFP8_CHIPS = ("b200", "gb200", "b300", "gb300")   # block-scaled fp8 in the tensor cores (Blackwell)
-SIXTEEN_BIT_KIND = "linear_16bit"   # a linear an fp8 job runs in 16-bit (cost/compute.py gemm_time_s)
 
 
 def fp8_recipe(s, chip: ChipSpec) -> str:
@@ -47,12 +46,8 @@ def keep_16bit(gemms: list[Gemm], s, chip: ChipSpec, dtype: str) -> list[Gemm]:
     16-bit rate and quantise nothing. Other precisions: unchanged."""
     if dtype != "fp8":
         return gemms
-    rt = runtimes.get(s.runtime)
-    names = rt.fp8_16bit_gemms
-    mx = fp8_recipe(s, chip) == "mxfp8"
-    if rt.fp8_16bit_gemms_mxfp8 is not None and mx:
-        names = rt.fp8_16bit_gemms_mxfp8
-    if mx and getattr(s, "fp8_output_proj", False):   # Megatron-core fp8_output_proj: an MXFP8 output layer
+    names = runtimes.get(s.runtime).fp8_16bit_gemms
+    if getattr(s, "fp8_output_proj", False) and fp8_recipe(s, chip) == "mxfp8":   # Megatron-core: an MXFP8 output layer
         names = tuple(n for n in names if n != "logits")
     if not names:
         return gemms

@@ -249,6 +249,12 @@ _TORCHTITAN_NO_EARLY_STOP_RELEASE = (0, 2)
 _TORCHTITAN_FLEX_CP_RELEASE = (0, 3)
 
 
+def _torchtitan_release(fw: str) -> tuple[int, int] | None:
+    """(major, minor) of the torchtitan release a framework text names ("torchtitan 0.2.2", "torchtitan v0.3.0")."""
+    m = re.search(r"torchtitan[ =v]*(\d+)\.(\d+)\.", fw)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
 _TORCH_FUSED_RMSNORM = (2, 8)      # aten._fused_rms_norm (pytorch#153666, 2025-05), released in torch 2.8 (2025-08)
 _TORCH_FUSED_RMSNORM_DATE = "2025-08"
 
@@ -263,10 +269,10 @@ def _eager_traffic(par: dict, runtime: str, notes: list[str]) -> str:
     if runtime != "torchtitan":
         return ""
     fw = str(par.get("framework") or "").lower()
-    tt = re.search(r"torchtitan[ =v]*(\d+)\.(\d+)\.", fw)
+    tt = _torchtitan_release(fw)
     torch_v = re.search(r"(?:pytorch[:\s]|torch )(\d+)\.(\d+)", fw)
     date = re.search(r"(20\d\d-\d\d)", fw)
-    if (tt and (int(tt.group(1)), int(tt.group(2))) >= (0, 2)) or \
+    if (tt and tt >= (0, 2)) or \
             (torch_v and (int(torch_v.group(1)), int(torch_v.group(2))) >= _TORCH_FUSED_RMSNORM) or \
             (not torch_v and not tt and date and date.group(1) >= _TORCH_FUSED_RMSNORM_DATE):
         return ""
@@ -291,9 +297,9 @@ def _cp_comm(par: dict, runtime: str, cp: int, notes: list[str]) -> str:
     if runtime != "torchtitan" or cp <= 1:
         return ""
     fw = str(par.get("framework") or "").lower()
-    ver = re.search(r"torchtitan[ =v]*(\d+)\.(\d+)\.", fw)
+    ver = _torchtitan_release(fw)
     date = re.search(r"(20\d\d)-\d\d", fw)
-    if (ver and (int(ver.group(1)), int(ver.group(2))) < _TORCHTITAN_FLEX_CP_RELEASE) or \
+    if (ver and ver < _TORCHTITAN_FLEX_CP_RELEASE) or \
             (not ver and date and int(date.group(1)) < 2026):
         notes.append("context parallelism: PyTorch SDPA ring attention (torchtitan before 0.3.0)")
         return "torch_ring"
@@ -316,8 +322,8 @@ def _recompute_early_stop(par: dict, runtime: str, notes: list[str]) -> str:
     date = re.search(r"(20\d\d-\d\d(?:-\d\d)?)", fw)
     if "torchtitan" in fw:
         # releases from 0.2.0 (2025-10) on carry the 2025-08-29 config (ACConfig.early_stop = False)
-        ver = re.search(r"torchtitan[ =v]*(\d+)\.(\d+)\.", fw)
-        if (ver and (int(ver.group(1)), int(ver.group(2))) >= _TORCHTITAN_NO_EARLY_STOP_RELEASE) or \
+        ver = _torchtitan_release(fw)
+        if (ver and ver >= _TORCHTITAN_NO_EARLY_STOP_RELEASE) or \
                 (date and date.group(1) >= _TORCHTITAN_NO_EARLY_STOP_DATE):
             return "off"
     if m:

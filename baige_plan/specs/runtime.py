@@ -311,7 +311,6 @@ class RuntimeSpec:
     # default); its router's gating linear runs in moe_router_dtype or the input's 16-bit dtype (router.py
     # router_gating_linear)
     fp8_16bit_gemms: tuple[str, ...] = ("logits", "router")
-    fp8_16bit_gemms_mxfp8: tuple[str, ...] | None = None   # the same under the MXFP8 recipe where it differs
     notes: tuple[str, ...] = field(default_factory=tuple)   # sources for the semantics above
     extra_refusal: Callable[..., str | None] | None = None   # runtime-specific rules (model, job, strategy)
 
