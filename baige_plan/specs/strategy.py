@@ -108,12 +108,18 @@ class StrategySpec:
                     "optimizer_bytes_per_param", f"must be from 0 to 64, got {ob!r}")
         require(self.attention_kernel in ("", "fa2", "cudnn", "fa3"), "attention_kernel",
                 f"must be fa2, cudnn or fa3, got {self.attention_kernel!r}")
-        require(isinstance(self.activation_offload_layers, int) and self.activation_offload_layers >= 0,
-                "activation_offload_layers", f"must be a whole number >= 0, got {self.activation_offload_layers!r}")
-        require(self.eager_traffic in ("", "autocast_fp32", "bf16"), "eager_traffic",
-                f"must be autocast_fp32 or bf16, got {self.eager_traffic!r}")
-        require(self.cp_comm in ("", "p2p", "allgather", "torch_ring"), "cp_comm",
-                f"must be p2p, allgather or torch_ring, got {self.cp_comm!r}")
+        # the per-run release fields: their defaults (0, "") are the common case, so no message is built (hot: the
+        # search constructs a strategy per candidate)
+        if self.activation_offload_layers:
+            require(isinstance(self.activation_offload_layers, int) and self.activation_offload_layers >= 0,
+                    "activation_offload_layers",
+                    f"must be a whole number >= 0, got {self.activation_offload_layers!r}")
+        if self.eager_traffic:
+            require(self.eager_traffic in ("autocast_fp32", "bf16"), "eager_traffic",
+                    f"must be autocast_fp32 or bf16, got {self.eager_traffic!r}")
+        if self.cp_comm:
+            require(self.cp_comm in ("p2p", "allgather", "torch_ring"), "cp_comm",
+                    f"must be p2p, allgather or torch_ring, got {self.cp_comm!r}")
         require(self.fp8_recipe in ("", "delayed", "current", "mxfp8"), "fp8_recipe",
                 f"must be delayed, current or mxfp8, got {self.fp8_recipe!r}")
         require(self.moe_dispatcher in ("", "alltoall", "allgather", "flex"), "moe_dispatcher",
