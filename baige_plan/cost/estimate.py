@@ -57,6 +57,8 @@ from baige_plan.cost.memory import (
 )
 from baige_plan.cost.moe import (
     TE_GROUPED_MLP_RUNTIMES,
+    a2a_overlap_pair_s,
+    a2a_overlap_unmerged,
     ep_node_split,
     expert_gemm_kind,
     host_bound_moe_layer_s,
@@ -463,9 +465,15 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
         if meas is not None and meas.working_bytes is not None:
             working = meas.working_bytes
         act_layer_full = max(act_layer_full, working)
+    # the experts with their permutation, per pass (the backward's weight gradients included), and one pass's
+    # all-to-alls: what Megatron-core's EP overlap schedules apart from the rest of the layer (cost/moe.py)
+    mlp_f = moe_dev_e - t_ep if mt is not None else 0.0
+    mlp_b = (2 * (moe_dev_e - t_ep - mt.dispatch_fwd_s) + mt.dispatch_bwd_s + mt.expert_bwd_extra_s
+             if mt is not None else 0.0)
     return {"fwd": fwd, "bwd": bwd, "rec": rec, "comp": comp, "tp": tp_t, "ep": ep_t, "cp": cp_t, "hw": hw_flops,
             "dense_p": dense_p, "expert_p": expert_p, "act": act, "act_full": act_layer_full,
-            "lf": lf, "lb": lb, "rc": rc, "moe_dev_experts": moe_dev_e, "moe_dev_router": moe_dev_r}
+            "lf": lf, "lb": lb, "rc": rc, "moe_dev_experts": moe_dev_e, "moe_dev_router": moe_dev_r,
+            "ep_pass": t_ep, "mlp_f": mlp_f, "mlp_b": mlp_b}
 
 
 class _Same:
@@ -666,6 +674,21 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
         act += count * lt["act"]
         act_layer_full = max(act_layer_full, lt["act_full"])
     bwd += rec
+    if n_moe and s.moe_a2a_overlap and lt_moe["ep_pass"] > 0:
+        # Megatron-core's EP all-to-all overlap: in the combined 1F1B a micro-batch's MoE layers run forward beside
+        # another's backward (cost/moe.py a2a_overlap_pair_s); the forwards and backwards left unpaired (the first
+        # forward, the last backward; interleaving's warm-up and cool-down) run as before
+        t_a2a = lt_moe["ep_pass"] / 2
+        f1, b1 = lt_moe["fwd"], lt_moe["bwd"] + lt_moe["rec"]
+        pre_f = max(f1 - lt_moe["ep_pass"] - lt_moe["mlp_f"], 0.0)
+        pre_b = max(b1 - lt_moe["ep_pass"] - lt_moe["mlp_b"], 0.0)
+        pair = a2a_overlap_pair_s(pre_f, lt_moe["mlp_f"], pre_b, lt_moe["mlp_b"], t_a2a, n_moe)
+        alone = n_moe * (f1 + b1)
+        per_mb = pair + a2a_overlap_unmerged(s.pp, s.vpp, m, index) * (alone - pair)
+        saved = alone - per_mb
+        fwd -= saved * f1 / (f1 + b1)
+        bwd -= saved * b1 / (f1 + b1)
+        ep_t -= saved
     if n_moe and s.execution == "fused" and s.runtime in TE_GROUPED_MLP_RUNTIMES and model.moe is not None:
         # Megatron-core MoE layers are issued eagerly from Python: the host time of their launches, and the
         # dropless dispatcher's per-layer host sync, can set the pace (cost/moe.py host_bound_moe_layer_s)
@@ -829,6 +852,9 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
         weights += pb * (unit + ahead) + fp8_b * min(unit + ahead, layer_full * 2)
         grads += (pb + (4 if fp32 else mem.zero3_reduce_bytes)) * unit
     inflight = inflight_microbatches(s.pp, s.vpp, m, index)
+    if s.moe_a2a_overlap and s.pp > 1:
+        # the EP overlap's extra warm-up forward (schedules.py get_pp_rank_microbatches): one more chunk held
+        inflight = min(inflight + 1 / s.vpp, m)
     activations = act * inflight + extra_act + act_layer_full
     if s.execution == "eager" and s.zero == 0 and dp_dense == 1:
         # no DDP bucket: .grad tensors appear during backward as activations are freed; the peak is

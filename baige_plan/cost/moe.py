@@ -410,3 +410,60 @@ def host_bound_moe_layer_s(launches: MoeLayerLaunches, factor: float, dev_expert
         return d_f, dev_bwd_s + extra
     t_f = max(sum(hs[:i]) + max(hs[i] + sum(ds[i + 1:]), sum(ds[i:])) for i in range(3))
     return t_f, max(dev_bwd_s, h_b)
+
+
+# ---- EP all-to-all overlap (Megatron-core overlap_moe_expert_parallel_comm) -----------------------------------------
+# Megatron-core's combined 1F1B (pipeline_parallel/combined_1f1b.py; pp = 1: combined_1f1b_schedule_for_no_pipelining,
+# "1st microbatch forward | 1st backward + 2nd forward | ... | last backward"; interleaved pipelines: the 1F1B steady
+# state, with one extra warm-up forward) runs one micro-batch's forward beside another's backward, layer by layer:
+# forward layer l with backward layer L-1-l (models/common/model_chunk_schedule_plan.py TransformerModelChunkSchedulePlan
+# .run), each pair by TransformerLayerSchedulePlan.run on two CUDA streams:
+#     comm stream: combine_bwd        | dispatch_fwd -> dispatch_bwd         | combine_fwd
+#     comp stream: pre_dispatch_fwd   | mlp_bwd (+ dw) -> mlp_fwd            | pre_dispatch_bwd
+# The communication kernels slow the compute they overlap (SMs, HBM): measured with benchmarks/real/a2a_overlap.py, which
+# replays this schedule with NCCL all-to-alls and bf16 GEMMs on 2 and 4 H200 (a2a_overlap_h200x{2,4}.raw.json): across
+# twelve shapes (all-to-all 5-45 % of the compute) the merged schedule hid only 20-55 % of the all-to-all time, and
+# the two-stream schedule below matches each run when a compute kernel beside a communication kernel is stretched as
+# if the latter held a share of 0.31-0.46 of the GPU (median 0.40, taken here). DeepEP / HybridEP kernels hold fewer
+# SMs by design (20, megatron-core moe_deepep_num_sms) but were not measured: the NCCL figure is used for every
+# dispatcher, so the overlap is not credited with more than was seen.
+A2A_OVERLAP_CONTENTION_SHARE = 0.40
+
+
+def a2a_overlap_pair_s(pre_f: float, mlp_f: float, pre_b: float, mlp_b: float, a2a_s: float, layers: int,
+                       share: float = A2A_OVERLAP_CONTENTION_SHARE) -> float:
+    """Seconds of `layers` MoE layers of one micro-batch's forward run beside another micro-batch's backward by
+    Megatron-core's schedule_layer_1f1b (the two-stream order above), per layer: pre_f / pre_b the compute before the
+    dispatch (norms, attention, router; forward / backward), mlp_f / mlp_b the experts with their permutation (the
+    backward's weight gradients included), a2a_s one all-to-all (dispatch or combine; the backward's mirror them).
+    In-order streams with the data dependencies of the code: forward layer l+1 starts after layer l's combine_fwd,
+    backward layer after layer's pre_dispatch_bwd. A compute kernel beside a communication kernel runs on the SMs
+    the latter leaves, so it is stretched by share / (1 - share) of their overlap (A2A_OVERLAP_CONTENTION_SHARE)."""
+    k = share / (1.0 - share)
+
+    def run(start: float, work: float, busy: tuple[float, float]) -> float:
+        # end of `work` seconds of compute started at `start` beside a comm kernel busy over [busy[0], busy[1])
+        end = start + work
+        ov = max(0.0, min(end, busy[1]) - max(start, busy[0]))
+        return end + k * ov
+
+    comp = comm = f_ready = b_ready = 0.0
+    for _ in range(layers):
+        cb = (max(comm, b_ready), max(comm, b_ready) + a2a_s)             # combine backward
+        af = run(max(comp, f_ready), pre_f, cb)                           # pre-dispatch forward
+        df = (max(cb[1], af), max(cb[1], af) + a2a_s)                     # dispatch forward
+        mb = run(max(af, cb[1]), mlp_b, df)                               # experts backward (+ weight grads)
+        db = (max(df[1], mb), max(df[1], mb) + a2a_s)                     # dispatch backward
+        mf = run(max(mb, df[1]), mlp_f, db)                               # experts forward
+        cf = (max(db[1], mf), max(db[1], mf) + a2a_s)                     # combine forward
+        ab = run(max(mf, db[1]), pre_b, cf)                               # pre-dispatch backward
+        comp, comm, f_ready, b_ready = ab, cf[1], cf[1], ab
+    return max(comp, comm)
+
+
+def a2a_overlap_unmerged(pp: int, vpp: int, m: int, stage: int) -> float:
+    """Share of a stage's micro-batch forwards (and as many backwards) that run alone, not paired, under the combined
+    1F1B: the first forward with pp = 1; with interleaving the warm-up forwards, 2 (pp - r - 1) + (vpp - 1) pp + 1
+    (schedules.py get_pp_rank_microbatches, one more with this overlap), of the m x vpp chunk micro-batches."""
+    warm = 1 if pp == 1 else 2 * (pp - stage - 1) + (vpp - 1) * pp + 1
+    return min(warm, m * vpp) / (m * vpp)

@@ -146,6 +146,11 @@ def megatron_args(doc: dict) -> tuple[list[tuple[str, object]], list[str], list[
         disp = s.get("moe_dispatcher") or "alltoall"     # as costed (cost/moe.py moe_dispatch_comm_s)
         a += [("--moe-layer-freq", moe_layer_freq(moe, i["layers"])), ("--moe-token-dispatcher-type", disp),
               ("--moe-grouped-gemm", None)]
+        if s.get("moe_a2a_overlap"):
+            # TransformerConfig.overlap_moe_expert_parallel_comm (combined 1F1B), as costed (cost/moe.py)
+            a.append(("--overlap-moe-expert-parallel-comm", None))
+            notes.append("EP all-to-all overlap: Megatron asks for CUDA_DEVICE_MAX_CONNECTIONS > 1 on Hopper and before "
+                         "(megatron/training/arguments.py); launch.sh sets 1 when tp or cp > 1")
         if disp == "flex":
             # transformer_config.py moe_flex_dispatcher_backend (default deepep); DeepEP is a separate install
             a.append(("--moe-flex-dispatcher-backend", "deepep"))

@@ -188,6 +188,21 @@ def _moe_dispatcher(row: dict, par: dict, notes: list[str]) -> str:
     return ""
 
 
+def _moe_a2a_overlap(row: dict, par: dict, notes: list[str]) -> bool:
+    """Whether a row ran Megatron-core's EP all-to-all overlap (overlap_moe_expert_parallel_comm; cost/moe.py
+    a2a_overlap_pair_s): `parallel.moe_a2a_overlap` when given, else its `model.moe.routing` recipe note naming
+    Megatron-Bridge's `moe_a2a_overlap` or "all-to-all overlapped with compute" (not "no a2a overlap")."""
+    if par.get("moe_a2a_overlap") is not None:
+        return bool(par["moe_a2a_overlap"])
+    for u in row.get("unstated") or []:
+        if isinstance(u, dict) and u.get("field") == "model.moe.routing":
+            low = re.sub(r"\s+", " ", str(u.get("assumed", "")).lower())
+            if re.search(r"(?<!no )(moe_a2a_overlap|a2a overlap|all-to-all overlapped with compute)", low):
+                notes.append("MoE EP all-to-all overlap (moe_a2a_overlap) from the row's recipe")
+                return True
+    return False
+
+
 def _recipe_memory(par: dict, precision: str, runtime: str, zero: int, notes: list[str]) -> tuple[bool, bool, float]:
     """(grad_reduce_bf16, fp8_param_gather, optimizer_bytes_per_param) of a run: the row's
     `parallel.grad_reduce_in_fp32` / `parallel.fp8_param_gather` / `parallel.optimizer_bytes_per_param` when
@@ -549,6 +564,7 @@ def _case(row: dict, rid: str, md: dict, hw: dict, par: dict, notes: list[str], 
                                            _moe_host_recipe(row, par, notes) if model.moe is not None else (False, ""),
                                            strict=True)),
                                 moe_dispatcher=_moe_dispatcher(row, par, notes) if model.moe is not None else "",
+                                moe_a2a_overlap=_moe_a2a_overlap(row, par, notes) if model.moe is not None else False,
                                 recompute_early_stop=_recompute_early_stop(par, runtime, notes),
                                 loss_kernel=_loss_kernel(par, notes),
                                 **dict(zip(("grad_reduce_bf16", "fp8_param_gather", "optimizer_bytes_per_param"),

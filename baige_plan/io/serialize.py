@@ -47,6 +47,8 @@ def strategy_dict(s: StrategySpec, global_batch: int) -> dict:
         d["fp8_recipe"] = s.fp8_recipe
     if s.moe_dispatcher:          # a MoE dispatcher named by the user or a run (cost/moe.py)
         d["moe_dispatcher"] = s.moe_dispatcher
+    if s.moe_a2a_overlap:         # Megatron-core's EP all-to-all overlap (cost/moe.py a2a_overlap_pair_s)
+        d["moe_a2a_overlap"] = True
     if s.loss_kernel:             # a cross-entropy kernel other than the runtime's (cost/estimate.py)
         d["loss_kernel"] = s.loss_kernel
     if s.recompute_early_stop:    # a checkpoint early stop other than the runtime's (specs/runtime.py)

@@ -81,6 +81,10 @@ class StrategySpec:
                                             # full = every layer / the iteration); cost/moe.py host-bound MoE layers
     moe_dispatcher: str = ""                # MoE token dispatcher (alltoall | allgather | flex = DeepEP/HybridEP);
                                             # "": alltoall, what the runtimes' MoE recipes run (cost/moe.py)
+    moe_a2a_overlap: bool = False           # Megatron-core overlap_moe_expert_parallel_comm: one micro-batch's
+                                            # forward runs beside another's backward, layer by layer, so each
+                                            # one's EP all-to-alls overlap the other's compute (cost/moe.py
+                                            # a2a_overlap_pair_s); needs ep > 1, no full recomputation, vpp with pp
     recompute_early_stop: str = ""          # full recomputation through torch's non-reentrant checkpoint stops
                                             # once the backward's tensors exist, skipping the layer's last GEMM
                                             # ("on" | "off"; "": the runtime's, RuntimeSpec.recompute_early_stop)
@@ -128,6 +132,13 @@ class StrategySpec:
                 f"must be flash_xent or megatron_unfused (or empty: the runtime's), got {self.loss_kernel!r}")
         require(self.recompute_early_stop in ("", "on", "off"), "recompute_early_stop",
                 f"must be on or off, got {self.recompute_early_stop!r}")
+        if self.moe_a2a_overlap:
+            # megatron-core TransformerConfig.__post_init__ (overlap_moe_expert_parallel_comm)
+            require(self.moe_a2a_overlap is True, "moe_a2a_overlap", f"must be true or false, got {self.moe_a2a_overlap!r}")
+            require(self.ep > 1, "moe_a2a_overlap", f"needs expert parallelism (ep={self.ep})")
+            require(self.recompute != "full", "moe_a2a_overlap", "megatron-core refuses it with full recomputation")
+            require(self.pp == 1 or self.vpp > 1, "moe_a2a_overlap",
+                    f"with pp={self.pp} megatron-core needs a virtual pipeline (vpp={self.vpp})")
         if self.cuda_graph_scope:
             bad = [x for x in self.cuda_graph_scope.split(",") if x not in ("attn", "moe_router", "moe_preprocess", "full")]
             require(not bad, "cuda_graph_scope", f"must list attn, moe_router, moe_preprocess or full, got {bad!r}")
