@@ -46,6 +46,10 @@ layers across stage boundaries and micro-batches between shapes while the exact 
 improves, then ties are broken towards balanced splits. The search reports CP-SAT's status and
 the gap of the chosen template. Deterministic: one worker, fixed seed, a deterministic-time
 limit, a fixed evaluation budget for the polish.
+Wall time: the per-group homogeneous searches with the standalone_best calls the templates and the
+standalone throughputs make, and (without --time-limit) the template solves, are independent and
+pure; they run over the usable cores (search/forked.py: forked children, results pickled back) and
+give the values the serial calls give.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from itertools import accumulate, product
 
 import numpy as np
@@ -61,6 +66,7 @@ import numpy as np
 from baige_plan.cost.estimate import Estimate, stage_cost
 from baige_plan.cost.hetero import _p2p_links, _stage_strategy
 from baige_plan.errors import SpecError
+from baige_plan.search.forked import in_parallel, usable_cores
 from baige_plan.search.hetero_templates import (
     Limits,
     Template,
@@ -71,6 +77,8 @@ from baige_plan.search.hetero_templates import (
     runs_on,
     search_group,
     standalone_best,
+    standalone_best_known,
+    standalone_key,
     templates,
 )
 from baige_plan.specs import runtimes
@@ -78,7 +86,7 @@ from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
 from baige_plan.specs.pipeline import PipelineShape, PipelinesSpec, ShapeKnobs, StageSpec
 from baige_plan.specs.strategy import StrategySpec, stage_layers
-from baige_plan.specs.topology import ClusterSpec
+from baige_plan.specs.topology import ClusterSpec, GroupSpec
 
 # names other modules (oracle, CLI, tests) import from here
 _exact, _templates, _search_group = exact, templates, search_group
@@ -320,6 +328,23 @@ def _solve_template_cp(model, cluster, job, t: Template, base: StrategySpec, mem
     return replace(p_base, shapes=tuple(shapes)), status, gap, 0.0   # no bound used for several shapes
 
 
+def _solve_all(model, cluster, job, todo: list[tuple[Template, StrategySpec]], memory_frac: float, per: float,
+               cache: dict) -> dict[tuple[Template, StrategySpec], tuple[PipelinesSpec, str, float, float] | None]:
+    """_solve_template of every (template, variant) in `todo`, in contiguous blocks, one per usable core
+    (search/forked.py): neighbouring templates share groups and so their memoised stage costs. The same values
+    as solving them one by one (each solve is pure; `cache` only memoises)."""
+    n = max(1, min(usable_cores(), len(todo)))
+    size = -(-len(todo) // n)
+    blocks = [todo[i:i + size] for i in range(0, len(todo), size)]
+    done = in_parallel([partial(_solve_block, model, cluster, job, b, memory_frac, per, cache) for b in blocks])
+    return {tv: sol for b, sols in zip(blocks, done, strict=True) for tv, sol in zip(b, sols, strict=True)}
+
+
+def _solve_block(model, cluster, job, block: list[tuple[Template, StrategySpec]], memory_frac: float, per: float,
+                 cache: dict) -> list[tuple[PipelinesSpec, str, float, float] | None]:
+    return [_solve_template(model, cluster, job, t, v, memory_frac, per, cache) for t, v in block]
+
+
 def polish(model, cluster, job, p: PipelinesSpec, memory_frac: float,
            max_evals: int = 400, cache: dict | None = None) -> tuple[PipelinesSpec, Estimate | None]:
     """Exact-model local search: move one layer across a stage boundary or micro-batches between
@@ -413,9 +438,10 @@ def _neighbours(p: PipelinesSpec):
 def standalone_throughputs(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, memory_frac: float,
                            time_limit_s: float | None = 10.0,
                            searched: dict[str, list[Estimate]] | None = None, lim: Limits = Limits(),
-                           runtime: str = "megatron") -> dict[str, float]:
+                           runtime: str = "megatron", known: dict | None = None) -> dict[str, float]:
     """Tokens/s of the best plan that uses each group alone (same model, job, caps and pins): the full
-    homogeneous search, and the uneven-split pipelines this module also considers; the faster."""
+    homogeneous search, and the uneven-split pipelines this module also considers; the faster. `known`:
+    standalone_best results computed beforehand (hetero_templates.standalone_best_known)."""
     out = {}
     for g in cluster.groups:
         best = 0.0
@@ -424,17 +450,53 @@ def standalone_throughputs(model: ModelSpec, cluster: ClusterSpec, job: JobSpec,
                 _search_group(model, g, job, memory_frac, 1, time_limit_s, lim, runtime)
             if plans:
                 best = plans[0].tokens_per_s
-            rcs = [lim.recompute] if lim.recompute else ["selective", "full"]
             ranked = []
-            for rc in rcs:
-                base = StrategySpec(micro_batch=lim.micro_batch or 1, zero=1 if lim.zero is None else lim.zero,
-                                    recompute=rc, sequence_parallel=True if lim.sequence_parallel is None
-                                    else lim.sequence_parallel)
-                ranked += standalone_best(model, g, job, base, memory_frac, lim=lim, keep=1)
+            for base in _standalone_bases(lim):
+                ranked += standalone_best_known(model, g, job, base, memory_frac, lim, 1, known)
             if ranked:
                 best = max(best, job.tokens / min(r[0] for r in ranked))
         out[g.name] = best
     return out
+
+
+def _standalone_bases(lim: Limits) -> list[StrategySpec]:
+    """The plan-wide settings standalone_throughputs tries each group's uneven-split pipelines at."""
+    return [StrategySpec(micro_batch=lim.micro_batch or 1, zero=1 if lim.zero is None else lim.zero, recompute=rc,
+                         sequence_parallel=True if lim.sequence_parallel is None else lim.sequence_parallel)
+            for rc in ([lim.recompute] if lim.recompute else ["selective", "full"])]
+
+
+def _group_work(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, runtime: str, variants: list[StrategySpec],
+                memory_frac: float, per_group_top: int, time_limit_s: float | None, lim: Limits
+                ) -> tuple[dict[str, list[Estimate]], dict]:
+    """Each group's homogeneous search, and the standalone_best calls that `templates` (per variant) and
+    `standalone_throughputs` make, computed together over the usable cores (search/forked.py): they are
+    independent and pure, so their values are those the serial calls give, only sooner. A standalone_best call
+    that raises is left out of `known` (the caller then makes it, and it raises there, as before)."""
+    calls: list[tuple[GroupSpec, StrategySpec, int]] = []
+    for v in variants:
+        calls += [(g, v, per_group_top) for g in cluster.groups if runs_on(g, job)]        # templates' group_plans
+    calls += [(g, b, 1) for g in cluster.groups if runs_on(g, job, runtime) for b in _standalone_bases(lim)]
+    # each distinct call once (by what it depends on)
+    calls = list({standalone_key(g, b, memory_frac, lim, keep): (g, b, keep) for g, b, keep in calls}.values())
+    thunks: list[Callable[[], object]] = [
+        partial(_search_group, model, g, job, memory_frac, per_group_top, time_limit_s, lim, runtime)
+        for g in cluster.groups]
+    thunks += [partial(_or_none, standalone_best, model, g, job, b, memory_frac, lim=lim, keep=keep)
+               for g, b, keep in calls]
+    values = in_parallel(thunks)
+    searched = {g.name: values[i] for i, g in enumerate(cluster.groups)}
+    known = {standalone_key(g, b, memory_frac, lim, keep): val
+             for (g, b, keep), val in zip(calls, values[len(cluster.groups):], strict=True) if val is not None}
+    return searched, known
+
+
+def _or_none(f: Callable, *args, **kwargs):
+    """f(*args, **kwargs), or None when it raises (the caller then calls f itself, where it would have)."""
+    try:
+        return f(*args, **kwargs)
+    except Exception:       # noqa: BLE001 -- re-raised by the caller's own call
+        return None
 
 
 def normalized(p: PipelinesSpec) -> PipelinesSpec:
@@ -549,17 +611,16 @@ def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySp
         lim = Limits(recompute=base.recompute if recompute_pinned else None)
     variants = [base] if (recompute_pinned or lim.recompute) else \
         [replace(base, recompute=rc) for rc in ("selective", "full")]
-    searched = {}
-    for gi, g in enumerate(cluster.groups):
-        tell("searching each chip group alone", gi, len(cluster.groups))
-        searched[g.name] = _search_group(model, g, job, memory_frac, per_group_top, time_limit_s, lim, base.runtime)
+    tell("searching each chip group alone", 0, len(cluster.groups))
+    searched, known = _group_work(model, cluster, job, base.runtime, variants, memory_frac, per_group_top,
+                                  time_limit_s, lim)
     one_pipeline = bool(getattr(runtimes.module(base.runtime), "ONE_PIPELINE", False))
     results = []
     seen: set[Template] = set()
     solves = 0
     pending: list[tuple[Template, StrategySpec]] = []
     for v in variants:
-        temps, _ = _templates(model, cluster, job, v, memory_frac, per_group_top, searched, lim)
+        temps, _ = _templates(model, cluster, job, v, memory_frac, per_group_top, searched, lim, known)
         for t in temps:
             # templates whose shapes all carry their own knobs do not depend on the variant
             if all(kn.items() for _, _, kn in t.shapes) and t in seen:
@@ -579,6 +640,11 @@ def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySp
     # "no plan at all", which lists the refusals of plans that fit, solves them (below)
     unsolved_refused: list[tuple[Template, StrategySpec]] = []
     refusal_memo: dict = {}
+    # with no time limit every template the runtime may run is solved: solve them over the usable cores first
+    # (pure, search/forked.py); the loop below takes each solution in the same order as it would solve it
+    presolved = None if time_limit_s is not None else _solve_all(
+        model, cluster, job, [(t, v) for t, v in pending if _template_refusal(model, cluster, t, v, refusal_memo)
+                              is None], memory_frac, per, cache)
     for t, v in pending:
         if solved and time.perf_counter() > deadline:
             stopped = True          # --time-limit: keep what is solved (status FEASIBLE below)
@@ -588,7 +654,8 @@ def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySp
             unsolved_refused.append((t, v))
             solves += 1
             continue
-        sol = _solve_template(model, cluster, job, t, v, memory_frac, per, cache)
+        sol = presolved[(t, v)] if presolved is not None else \
+            _solve_template(model, cluster, job, t, v, memory_frac, per, cache)
         solves += 1
         if sol is not None:
             solved.append((sol[3], f"{t.label()} recompute {v.recompute}", sol))
@@ -670,7 +737,8 @@ def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySp
     e = _exact(model, cluster, job, p, memory_frac, cache) or e
     runners = tuple((lab, e_) for _st, lab, _p, e_, *_ in results[1:6])
     tell("the best plan of each chip group alone", 0, 1)
-    standalone = standalone_throughputs(model, cluster, job, memory_frac, time_limit_s, searched, lim, base.runtime)
+    standalone = standalone_throughputs(model, cluster, job, memory_frac, time_limit_s, searched, lim, base.runtime,
+                                        known)
     idle = _idle_reasons(model, cluster, job, p, e, results, base.runtime)
     return HeteroResult(p, e, status, gap, n_temps, solves, time.perf_counter() - t0, standalone, runners, idle)
 

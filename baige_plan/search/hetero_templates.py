@@ -221,14 +221,30 @@ def search_group(model: ModelSpec, g: GroupSpec, job: JobSpec, memory_frac: floa
         return []
 
 
+def standalone_key(g: GroupSpec, base: StrategySpec, memory_frac: float, lim: Limits, keep: int | None) -> tuple:
+    """What a `standalone_best(model, g, job, base, memory_frac, lim=lim, keep=keep)` call of one search (one model
+    and job) depends on besides them: the key under which its result is kept in a `known` dict."""
+    return ("standalone", g.name, base, memory_frac, lim, keep)
+
+
+def standalone_best_known(model: ModelSpec, g: GroupSpec, job: JobSpec, base: StrategySpec, memory_frac: float,
+                          lim: Limits, keep: int | None, known: dict | None
+                          ) -> list[tuple[float, tuple[int, int, int], Estimate]]:
+    """standalone_best, or its result already computed for this search (`known`, by standalone_key; pure)."""
+    key = standalone_key(g, base, memory_frac, lim, keep)
+    if known is not None and key in known:
+        return known[key]
+    return standalone_best(model, g, job, base, memory_frac, lim=lim, keep=keep)
+
+
 def group_plans(model: ModelSpec, g: GroupSpec, job: JobSpec, base: StrategySpec, memory_frac: float,
-                top: int, searched: list[Estimate], lim: Limits = Limits()
+                top: int, searched: list[Estimate], lim: Limits = Limits(), known: dict | None = None
                 ) -> list[tuple[float, int, int, int, ShapeKnobs]]:
     """A group's best single-group plans as (step s, tp, pp, replicas, knobs): the homogeneous
     search's top plans (their layer split is re-decided by the solver) and even/uneven pipelines
-    at the plan-wide settings."""
+    at the plan-wide settings. `known`: standalone_best results computed beforehand (standalone_best_known)."""
     out = [(e.step_time_s, e.strategy.tp, e.strategy.pp, e.strategy.dp, knobs_of(e.strategy)) for e in searched]
-    for t, (tp, pp, dp), _e in standalone_best(model, g, job, base, memory_frac, lim=lim, keep=top):
+    for t, (tp, pp, dp), _e in standalone_best_known(model, g, job, base, memory_frac, lim, top, known):
         out.append((t, tp, pp, dp, ShapeKnobs()))
     out.sort(key=lambda x: (x[0], x[1], x[2], x[3], sorted(x[4].items().items())))
     return out[:top]
@@ -308,10 +324,10 @@ def _divisors_upto(n: int, cap: int) -> list[int]:
 
 
 def templates(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySpec, memory_frac: float,
-              per_group_top: int, searched: dict[str, list[Estimate]] | None = None, lim: Limits = Limits()
-              ) -> tuple[list[Template], dict[str, float]]:
+              per_group_top: int, searched: dict[str, list[Estimate]] | None = None, lim: Limits = Limits(),
+              known: dict | None = None) -> tuple[list[Template], dict[str, float]]:
     """Every template of families (1) and (2), deduplicated, in label order; and each group's
-    standalone tokens/s (its best single-group plan here)."""
+    standalone tokens/s (its best single-group plan here). `known`: as group_plans'."""
     best: dict[str, list[tuple[int, int, int, ShapeKnobs]]] = {}
     standalone: dict[str, float] = {}
     for g in cluster.groups:
@@ -319,7 +335,8 @@ def templates(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: Strate
             found = search_group(model, g, job, memory_frac, per_group_top, None, lim, base.runtime)
         else:
             found = searched[g.name]
-        ranked = group_plans(model, g, job, base, memory_frac, per_group_top, found, lim) if runs_on(g, job) else []
+        ranked = group_plans(model, g, job, base, memory_frac, per_group_top, found, lim, known) if runs_on(g, job) \
+            else []
         ranked = [x for x in ranked if lim.knobs_ok(x[4], base) and lim.tp_ok(x[1]) and lim.pp_ok(x[2])]
         if ranked:
             standalone[g.name] = job.tokens / ranked[0][0]
