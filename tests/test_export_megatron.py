@@ -390,3 +390,12 @@ def test_cli_export_writes_all_files(tmp_path):
     p0 = doc["pipelines"][0]
     assert a["--global-batch-size"] == str(p0["replicas"] * p0["micro_batches"] * doc["strategy"]["micro_batch"])
     assert (tmp_path / "launch.sh").stat().st_mode & 0o111
+
+
+def test_moe_a2a_overlap_exported():
+    """A plan costed with Megatron-core's EP all-to-all overlap launches it (TransformerConfig
+    overlap_moe_expert_parallel_comm); one costed without does not."""
+    on = args_of(plan_doc(QWEN3, tp=2, pp=2, dp=64, ep=128, etp=1, m=16, vpp=47, nodes=32, seq=4096,
+                          moe_a2a_overlap=True))
+    off = args_of(plan_doc(QWEN3, tp=2, pp=2, dp=64, ep=128, etp=1, m=16, vpp=47, nodes=32, seq=4096))
+    assert "--overlap-moe-expert-parallel-comm" in on and "--overlap-moe-expert-parallel-comm" not in off

@@ -94,3 +94,28 @@ def test_rows_that_state_it_and_the_published_on_off_ratio():
     assert t_on / t_off == pytest.approx(17.6 / 19.7, abs=0.03)
     # the ideal overlap (no contention) would have claimed far more
     assert t_on < t_off
+
+
+def test_evaluate_flag_round_trips_and_refuses_other_runtimes():
+    import json as _json
+
+    from typer.testing import CliRunner
+
+    from baige_plan.cli.app import app
+
+    base = ["evaluate", "qwen3-235b-a22b", "h100-sxm5-80g:32x8", "--tp", "2", "--pp", "8", "--vpp", "4", "--ep", "32",
+            "--global-batch", "2048", "--seq-len", "4096", "--account-for-embedding", "--account-for-loss",
+            "--recompute", "selective", "--format", "json"]
+    runner = CliRunner()
+    off = runner.invoke(app, base)
+    on = runner.invoke(app, base + ["--moe-a2a-overlap"])
+    assert off.exit_code == 0 and on.exit_code == 0, on.output
+    d_off, d_on = _json.loads(off.stdout), _json.loads(on.stdout)
+    assert d_on["strategy"]["moe_a2a_overlap"] is True and "moe_a2a_overlap" not in d_off["strategy"]
+    # the overlap hides part of the EP all-to-all: faster, never below the step without any all-to-all
+    assert d_on["step_time_s"] < d_off["step_time_s"]
+    assert d_on["step_time_s"] > d_off["step_time_s"] - d_off["breakdown_s"]["ep_comm"]
+    assert d_on["breakdown_s"]["ep_comm"] < d_off["breakdown_s"]["ep_comm"]
+    bad = runner.invoke(app, ["evaluate", "mixtral-8x7b", "h100-sxm5-80g:2x8", "--ep", "8", "--zero", "3", "--runtime",
+                              "torchtitan", "--global-batch", "64", "--moe-a2a-overlap"])
+    assert bad.exit_code == 2 and "moe_a2a_overlap" in bad.output

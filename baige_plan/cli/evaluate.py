@@ -88,6 +88,10 @@ def evaluate(
                                           help="Megatron: keep main gradients in bf16 and reduce them in bf16 "
                                           "(--grad-reduce-in-bf16; Megatron-Bridge perf recipes' "
                                           "grad_reduce_in_fp32=False); --grad-reduce-in-fp32: fp32 main grads."),
+    moe_a2a_overlap: bool = typer.Option(False, "--moe-a2a-overlap/--no-moe-a2a-overlap",
+                                         help="MoE, Megatron: overlap the EP all-to-alls of one micro-batch with "
+                                         "another's compute (--overlap-moe-expert-parallel-comm; Megatron-Bridge "
+                                         "moe_a2a_overlap), costed with its measured contention."),
     max_memory_frac: float = typer.Option(MAX_MEMORY_FRAC, "--max-memory-frac",
                                           help="Fraction of device memory the strategy may use (fits: peak <= "
                                           "capacity x F; the output states F and the margin; the same default "
@@ -138,7 +142,7 @@ def evaluate(
                          recompute=recompute.value, sequence_parallel=sequence_parallel, attention=attention.value,
                          first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
                          account_for_embedding=account_for_embedding, account_for_loss=account_for_loss,
-                         grad_reduce_bf16=grad_reduce_bf16)
+                         grad_reduce_bf16=grad_reduce_bf16, moe_a2a_overlap=moe_a2a_overlap)
         s = pick_runtime(s, m, job, runtime)
         if execution is not None:
             s = s.with_(execution=execution.value)

@@ -177,6 +177,10 @@ class StrategySpec:
         return replace(self, **kw)
 
 
+# runtimes built on megatron-core's schedules, which have the combined 1F1B of overlap_moe_expert_parallel_comm
+A2A_OVERLAP_RUNTIMES = ("megatron", "flagscale")
+
+
 def check_strategy(s: StrategySpec, model: ModelSpec, job: JobSpec, devices: int | None = None) -> None:
     """Raise SpecError (field, reason naming the values) when `s` cannot run `model` for `job`."""
     if devices is not None:
@@ -201,6 +205,10 @@ def check_strategy(s: StrategySpec, model: ModelSpec, job: JobSpec, devices: int
     else:
         require(model.moe.experts % s.ep == 0, "ep",
                 f"experts={model.moe.experts} is not divisible by ep={s.ep}")
+        # combined 1F1B (overlap_moe_expert_parallel_comm) is megatron-core's schedule (pipeline_parallel/combined_1f1b.py)
+        require(not s.moe_a2a_overlap or s.runtime in A2A_OVERLAP_RUNTIMES, "moe_a2a_overlap",
+                f"runtime {s.runtime} does not run megatron-core's EP all-to-all overlap "
+                f"(runtimes that do: {', '.join(A2A_OVERLAP_RUNTIMES)})")
         folded = s.tp * s.cp * s.dp
         require(folded % s.etp == 0, "etp", f"etp={s.etp} does not divide tp·cp·dp = {folded}")
         require((folded // s.etp) % s.ep == 0, "ep",
