@@ -334,12 +334,15 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
     lb = 2 * g_f + a_b + m_b
     # the forward's device time after an MoE dispatcher's host sync, by phase (cost/moe.py host_bound_moe_layer_s):
     # dispatch + experts (expert GEMMs, routing/permutation traffic, all-to-alls) and the router GEMM
-    moe_dev_e = moe_dev_r = 0.0
+    # mlp_f / mlp_b: the experts with their permutation per pass (the backward's weight gradients included), what
+    # Megatron-core's EP overlap schedules apart from the rest of the layer (cost/moe.py a2a_overlap_pair_s)
+    moe_dev_e = moe_dev_r = mlp_f = mlp_b = 0.0
     if mt is not None:
-        moe_dev_e = (sum(gemm_time_s(g, r) for g in lin if g.name.startswith("expert_")) * load
-                     + mt.dispatch_fwd_s + mt.ep_s)
+        experts_f = sum(gemm_time_s(g, r) for g in lin if g.name.startswith("expert_")) * load
+        mlp_f = experts_f + mt.dispatch_fwd_s
+        mlp_b = 2 * experts_f + mt.dispatch_bwd_s + mt.expert_bwd_extra_s
+        moe_dev_e = mlp_f + mt.ep_s
         moe_dev_r = sum(gemm_time_s(g, r) for g in lin if g.name == "router")
-    if mt is not None:
         lb += mt.expert_bwd_extra_s   # torch._grouped_mm experts: backward beyond 2 x forward (cost/moe.py)
     timed = meas is not None and meas.has_times
     if timed:
@@ -465,11 +468,6 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
         if meas is not None and meas.working_bytes is not None:
             working = meas.working_bytes
         act_layer_full = max(act_layer_full, working)
-    # the experts with their permutation, per pass (the backward's weight gradients included), and one pass's
-    # all-to-alls: what Megatron-core's EP overlap schedules apart from the rest of the layer (cost/moe.py)
-    mlp_f = moe_dev_e - t_ep if mt is not None else 0.0
-    mlp_b = (2 * (moe_dev_e - t_ep - mt.dispatch_fwd_s) + mt.dispatch_bwd_s + mt.expert_bwd_extra_s
-             if mt is not None else 0.0)
     return {"fwd": fwd, "bwd": bwd, "rec": rec, "comp": comp, "tp": tp_t, "ep": ep_t, "cp": cp_t, "hw": hw_flops,
             "dense_p": dense_p, "expert_p": expert_p, "act": act, "act_full": act_layer_full,
             "lf": lf, "lb": lb, "rc": rc, "moe_dev_experts": moe_dev_e, "moe_dev_router": moe_dev_r,

@@ -172,19 +172,23 @@ def _moe_host_recipe(row: dict, par: dict, notes: list[str]) -> tuple[bool, str]
     return bool(drop), str(scope or "")
 
 
+def _routing_notes(row: dict) -> list[str]:
+    """What the row's `unstated` entries for `model.moe.routing` assume, lower-cased, whitespace collapsed."""
+    return [re.sub(r"\s+", " ", str(u.get("assumed", "")).lower()) for u in row.get("unstated") or []
+            if isinstance(u, dict) and u.get("field") == "model.moe.routing"]
+
+
 def _moe_dispatcher(row: dict, par: dict, notes: list[str]) -> str:
     """The MoE token dispatcher a row ran (cost/moe.py moe_dispatch_comm_s): `parallel.moe_dispatcher` when given,
     else its `model.moe.routing` recipe note ("flex dispatcher, DeepEP ...", "DeepEP dispatch": flex; "allgather
     dispatcher": allgather), else "" (alltoall, the Megatron-Bridge / NeMo recipes' default)."""
     if par.get("moe_dispatcher"):
         return str(par["moe_dispatcher"])
-    for u in row.get("unstated") or []:
-        if isinstance(u, dict) and u.get("field") == "model.moe.routing":
-            low = str(u.get("assumed", "")).lower()
-            for name, says in (("flex", "flex dispatcher"), ("flex", "deepep dispatch"), ("allgather", "allgather dispatcher")):
-                if says in low:
-                    notes.append(f"MoE {name} dispatcher from the row's recipe")
-                    return name
+    for low in _routing_notes(row):
+        for name, says in (("flex", "flex dispatcher"), ("flex", "deepep dispatch"), ("allgather", "allgather dispatcher")):
+            if says in low:
+                notes.append(f"MoE {name} dispatcher from the row's recipe")
+                return name
     return ""
 
 
@@ -194,12 +198,10 @@ def _moe_a2a_overlap(row: dict, par: dict, notes: list[str]) -> bool:
     Megatron-Bridge's `moe_a2a_overlap` or "all-to-all overlapped with compute" (not "no a2a overlap")."""
     if par.get("moe_a2a_overlap") is not None:
         return bool(par["moe_a2a_overlap"])
-    for u in row.get("unstated") or []:
-        if isinstance(u, dict) and u.get("field") == "model.moe.routing":
-            low = re.sub(r"\s+", " ", str(u.get("assumed", "")).lower())
-            if re.search(r"(?<!no )(moe_a2a_overlap|a2a overlap|all-to-all overlapped with compute)", low):
-                notes.append("MoE EP all-to-all overlap (moe_a2a_overlap) from the row's recipe")
-                return True
+    for low in _routing_notes(row):
+        if re.search(r"(?<!no )(moe_a2a_overlap|a2a overlap|all-to-all overlapped with compute)", low):
+            notes.append("MoE EP all-to-all overlap (moe_a2a_overlap) from the row's recipe")
+            return True
     return False
 
 

@@ -642,15 +642,15 @@ def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySp
     refusal_memo: dict = {}
     # with no time limit every template the runtime may run is solved: solve them over the usable cores first
     # (pure, search/forked.py); the loop below takes each solution in the same order as it would solve it
+    refused = [_template_refusal(model, cluster, t, v, refusal_memo) is not None for t, v in pending]
     presolved = None if time_limit_s is not None else _solve_all(
-        model, cluster, job, [(t, v) for t, v in pending if _template_refusal(model, cluster, t, v, refusal_memo)
-                              is None], memory_frac, per, cache)
-    for t, v in pending:
+        model, cluster, job, [tv for tv, no in zip(pending, refused, strict=True) if not no], memory_frac, per, cache)
+    for (t, v), no in zip(pending, refused, strict=True):
         if solved and time.perf_counter() > deadline:
             stopped = True          # --time-limit: keep what is solved (status FEASIBLE below)
             break
         tell("solving pipeline templates with CP-SAT", solves, n_temps)
-        if _template_refusal(model, cluster, t, v, refusal_memo) is not None:
+        if no:
             unsolved_refused.append((t, v))
             solves += 1
             continue

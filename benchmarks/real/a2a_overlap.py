@@ -18,27 +18,14 @@ Prints one JSON line per shape on rank 0 and writes them to --out.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
 import torch
 import torch.distributed as dist
+from gpu_timing import emit, events_s, write_rows
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-
-
-def _events_s(fn, iters: int) -> float:
-    torch.cuda.synchronize()
-    dist.barrier()
-    torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(iters):
-        fn()
-    b.record()
-    b.synchronize()
-    return a.elapsed_time(b) / 1e3 / iters
 
 
 class Phases:
@@ -121,10 +108,12 @@ def merged(p: Phases, layers: int, comm: torch.cuda.Stream) -> None:
 
 def _timings(p: Phases, layers: int, iters: int, comm: torch.cuda.Stream) -> tuple[dict, float, float]:
     """(each phase alone, the serial schedule, the merged schedule), seconds."""
-    pieces = {"pre_f": _events_s(lambda: p.pre(1), iters), "mlp_f": _events_s(lambda: p.mlp(1), iters),
-              "pre_b": _events_s(lambda: p.pre(2), iters), "mlp_b": _events_s(lambda: p.mlp(2), iters),
-              "a2a": _events_s(p.a2a, iters)}
-    return pieces, _events_s(lambda: serial(p, layers), iters), _events_s(lambda: merged(p, layers, comm), iters)
+    def t(fn) -> float:
+        return events_s(fn, iters, barrier=True)
+
+    pieces = {"pre_f": t(lambda: p.pre(1)), "mlp_f": t(lambda: p.mlp(1)), "pre_b": t(lambda: p.pre(2)),
+              "mlp_b": t(lambda: p.mlp(2)), "a2a": t(p.a2a)}
+    return pieces, t(lambda: serial(p, layers)), t(lambda: merged(p, layers, comm))
 
 
 def main() -> None:
@@ -134,7 +123,6 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=20)
     args = ap.parse_args()
     dist.init_process_group("nccl")
-    rank = dist.get_rank()
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     try:    # the cost model's prediction for the measured pieces (needs the package's dependencies there)
         from baige_plan.cost.moe import A2A_OVERLAP_CONTENTION_SHARE, a2a_overlap_pair_s
@@ -164,12 +152,8 @@ def main() -> None:
                "model_ms": round(pred * 1e3, 3), "model_no_contention_ms": round(pred0 * 1e3, 3),
                "hidden_share_of_ideal": round((t_serial - t_merged) / ideal_hidden, 4) if ideal_hidden > 0 else None}
         rows.append(row)
-        if rank == 0:
-            print(json.dumps(row), flush=True)
-    if rank == 0 and args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump(rows, f, indent=1)
+        emit(row)
+    write_rows(rows, args.out)
     dist.destroy_process_group()
 
 

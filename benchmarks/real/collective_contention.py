@@ -16,24 +16,11 @@ it runs is k / (1 + k) (the quantity cost/moe.py A2A_OVERLAP_CONTENTION_SHARE st
 from __future__ import annotations
 
 import argparse
-import json
 import os
 
 import torch
 import torch.distributed as dist
-
-
-def _events_s(fn, iters: int) -> float:
-    torch.cuda.synchronize()
-    dist.barrier()
-    torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(iters):
-        fn()
-    b.record()
-    b.synchronize()
-    return a.elapsed_time(b) / 1e3 / iters
+from gpu_timing import emit, events_s, write_rows
 
 
 def main() -> None:
@@ -42,7 +29,7 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=10)
     args = ap.parse_args()
     dist.init_process_group("nccl")
-    rank, world = dist.get_rank(), dist.get_world_size()
+    world = dist.get_world_size()
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     dt = torch.bfloat16
     x = torch.randn(8192, 8192, device="cuda", dtype=dt)
@@ -69,8 +56,8 @@ def main() -> None:
 
             for _ in range(3):
                 coll()
-            coll_s = _events_s(coll, args.iters)
-            per_gemm = _events_s(lambda: torch.matmul(x, w), args.iters)
+            coll_s = events_s(coll, args.iters, True)
+            per_gemm = events_s(lambda: torch.matmul(x, w), args.iters, True)
             reps = max(4, int(2.5 * coll_s / per_gemm) + 1)   # the chain outlasts the collective
 
             def chain(reps=reps) -> None:
@@ -85,19 +72,15 @@ def main() -> None:
                 chain()
                 cur.wait_stream(comm)
 
-            gemm_s = _events_s(chain, args.iters)
-            both_s = _events_s(both, args.iters)
+            gemm_s = events_s(chain, args.iters, True)
+            both_s = events_s(both, args.iters, True)
             k = max(0.0, both_s - gemm_s) / coll_s
             row = {"world": world, "device": torch.cuda.get_device_name(), "collective": name, "mib": mib,
                    "coll_ms": round(coll_s * 1e3, 4), "gemm_chain_ms": round(gemm_s * 1e3, 4), "gemms": reps,
                    "both_ms": round(both_s * 1e3, 4), "k": round(k, 4), "share": round(k / (1 + k), 4)}
             rows.append(row)
-            if rank == 0:
-                print(json.dumps(row), flush=True)
-    if rank == 0 and args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump(rows, f, indent=1)
+            emit(row)
+    write_rows(rows, args.out)
     dist.destroy_process_group()
 
 

@@ -22,7 +22,6 @@ Prints one JSON line per shape on rank 0 and writes them to --out.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 from functools import partial
@@ -30,6 +29,7 @@ from functools import partial
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from gpu_timing import emit, events_s, write_rows
 
 
 def _fwd_bwd(q, k, v, g):
@@ -47,17 +47,6 @@ def _kernels(fn) -> int:
         fn()
         torch.cuda.synchronize()
     return sum(e.count for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA)
-
-
-def _events_s(fn, iters: int) -> float:
-    torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(iters):
-        fn()
-    b.record()
-    b.synchronize()
-    return a.elapsed_time(b) / 1e3 / iters
 
 
 def _host_s(fn, iters: int) -> float:
@@ -98,7 +87,7 @@ def main() -> None:
             full_step = partial(_fwd_bwd, *_tensors(b, h, s, d, dt))
             for _ in range(3):
                 full_step()
-            full = _events_s(full_step, args.iters) / cp
+            full = events_s(full_step, args.iters) / cp
             del full_step
             step = partial(_fwd_bwd, *_tensors(b, h, s_local, d, dt))
             # the inputs are already the rank's shard; context_parallel needs one buffer to shard (torchtitan passes
@@ -107,7 +96,7 @@ def main() -> None:
             with context_parallel(mesh, buffers=[dummy], buffer_seq_dims=[0], no_restore_buffers={dummy}):
                 for _ in range(3):
                     step()
-                ring = _events_s(step, args.iters)
+                ring = events_s(step, args.iters)
                 host = _host_s(step, args.iters)
                 kernels = _kernels(step)
             kernels_local = _kernels(step)
@@ -118,12 +107,9 @@ def main() -> None:
         t = torch.tensor([ring, host], device="cuda")
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         row["ring_s_max_rank"], row["host_s_max_rank"] = round(t[0].item(), 7), round(t[1].item(), 7)
-        if rank == 0:
-            print(json.dumps(row), flush=True)
+        emit(row)
         rows.append(row)
-    if rank == 0:
-        with open(args.out, "w") as f:
-            json.dump(rows, f, indent=1)
+    write_rows(rows, args.out)
     dist.destroy_process_group()
 
 
