@@ -119,3 +119,159 @@ def test_evaluate_flag_round_trips_and_refuses_other_runtimes():
     bad = runner.invoke(app, ["evaluate", "mixtral-8x7b", "h100-sxm5-80g:2x8", "--ep", "8", "--zero", "3", "--runtime",
                               "torchtitan", "--global-batch", "64", "--moe-a2a-overlap"])
     assert bad.exit_code == 2 and "moe_a2a_overlap" in bad.output
+
+
+def _pair_reference(pre_f, mlp_f, pre_b, mlp_b, a2a_s, layers, share=A2A_OVERLAP_CONTENTION_SHARE):
+    """The two-stream replay written out layer by layer (no steady-state shortcut): every op of every layer."""
+    k = share / (1 - share)
+
+    def run(start, work, busy):
+        end = start + work
+        return end + k * max(0.0, min(end, busy[1]) - max(start, busy[0]))
+
+    comp = comm = 0.0
+    for _ in range(layers):
+        cb = (max(comm, comp), max(comm, comp) + a2a_s)
+        af = run(max(comp, comm), pre_f, cb)
+        df = (max(cb[1], af), max(cb[1], af) + a2a_s)
+        mb = run(max(af, cb[1]), mlp_b, df)
+        db = (max(df[1], mb), max(df[1], mb) + a2a_s)
+        mf = run(max(mb, df[1]), mlp_f, db)
+        cf = (max(db[1], mf), max(db[1], mf) + a2a_s)
+        comp, comm = run(max(mf, db[1]), pre_b, cf), cf[1]
+    return max(comp, comm)
+
+
+def test_pair_extrapolation_equals_the_layer_by_layer_replay_and_per_layer_time_falls():
+    # a2a_overlap_pair_s extrapolates once the streams' lead repeats; the search's lower bound (search/bounds.py
+    # _layer_time) takes pair(L)/L as a per-layer floor for any stage of n <= L layers, which needs pair(n)/n
+    # non-increasing in n
+    import random
+
+    rng = random.Random(7)
+    for _ in range(3000):
+        v = [rng.random() * rng.choice([1e-3, 1.0, 10.0]) for _ in range(5)]
+        if rng.random() < 0.2:
+            v[rng.randrange(5)] = 0.0
+        per_layer = [a2a_overlap_pair_s(*v, n) / n for n in range(1, 41)]
+        for n in (1, 2, 3, 17, 40):
+            assert per_layer[n - 1] == pytest.approx(_pair_reference(*v, n) / n, rel=1e-12)
+        assert all(b <= a * (1 + 1e-12) for a, b in zip(per_layer[:-1], per_layer[1:], strict=True))
+
+
+# Qwen3-30B-A3B's shape (HF config.json: 48 layers, hidden 2048, 32 x 128 query heads, 4 KV heads, 128 experts top-8
+# of width 768), 24 layers to keep the tests quick
+Q30 = """schema: baige-plan/model/v1
+name: q30-24l
+layers: 24
+hidden: 2048
+heads: 32
+kv_heads: 4
+head_dim: 128
+ffn_hidden: 6144
+vocab: 151936
+seq_len: 4096
+activation: swiglu
+moe: {experts: 128, top_k: 8, expert_ffn_hidden: 768}
+"""
+
+
+def _q30(tmp_path):
+    from baige_plan.io.models import load_model_file
+
+    p = tmp_path / "q30.yaml"
+    p.write_text(Q30)
+    return p, load_model_file(p)
+
+
+def _cluster(nodes):
+    from baige_plan.specs.topology import ClusterSpec, GroupSpec
+
+    g = GroupSpec(name="g", chip=Catalog.create([]).chip("h100-sxm5-80g"), nodes=nodes, devices_per_node=8,
+                  scaleout_Gbps=400)
+    return ClusterSpec(name="t", groups=(g,))
+
+
+def test_space_offers_the_overlap_where_megatron_core_runs_it(tmp_path):
+    from baige_plan.search.space import COL, Bounds, Pins, space_array, to_strategy
+    from baige_plan.specs.job import JobSpec
+
+    cl = _cluster(4)
+    model, job = _q30(tmp_path)[1], JobSpec(256, 4096)
+    a = space_array(model, cl.devices, 8, job, Bounds(max_micro_batch=2), Pins())
+    on = a[a[:, COL["a2a"]] == 1]
+    assert len(on) > 0
+    for row in on[:: max(1, len(on) // 300)]:
+        s = to_strategy(tuple(int(x) for x in row))
+        assert s.moe_a2a_overlap and s.ep > 1 and s.recompute != "full" and (s.pp == 1 or s.vpp > 1)
+    # every valid row without the overlap has its twin with it
+    off = {tuple(int(x) for x in r[:-1]) for r in a[a[:, COL["a2a"]] == 0]
+           if r[COL["ep"]] > 1 and r[COL["recompute"]] != 2 and (r[COL["pp"]] == 1 or r[COL["vpp"]] > 1)}
+    assert off == {tuple(int(x) for x in r[:-1]) for r in on}
+    # pins, and runtimes without megatron-core's combined 1F1B
+    assert (space_array(model, cl.devices, 8, job, Bounds(max_micro_batch=2), Pins(moe_a2a_overlap=False))
+            [:, COL["a2a"]] == 0).all()
+    assert (space_array(model, cl.devices, 8, job, Bounds(max_micro_batch=2), Pins(moe_a2a_overlap=True))
+            [:, COL["a2a"]] == 1).all()
+    tt = space_array(model, cl.devices, 8, job, Bounds(max_micro_batch=2, runtime="torchtitan"), Pins())
+    assert len(tt) and (tt[:, COL["a2a"]] == 0).all()
+
+
+def test_search_bound_holds_for_overlapped_rows_and_search_finds_the_exact_best(tmp_path):
+    # the time lower bound of a2a rows (search/bounds.py) against the full estimate of each sampled row, and the
+    # search's best against every candidate of a pinned layout estimated (an exhaustive ranking)
+    from baige_plan.search.bounds import Bounds as CostBounds
+    from baige_plan.search.solver import search
+    from baige_plan.search.space import COL, Bounds, Pins, space_array, to_strategy
+    from baige_plan.specs.job import JobSpec
+
+    cl = _cluster(4)
+    model, job = _q30(tmp_path)[1], JobSpec(256, 4096)
+    bounds = Bounds(max_micro_batch=2)
+    a = space_array(model, cl.devices, 8, job, bounds, Pins())
+    lb = CostBounds(model, cl.groups[0], job).time_lb_s(a)
+    idx = [i for i in range(len(a)) if a[i, COL["a2a"]] == 1]
+    for i in idx[:: max(1, len(idx) // 120)]:
+        e = estimate(model, cl, job, to_strategy(tuple(int(x) for x in a[i])))
+        assert lb[i] <= e.step_time_s
+    pins = Pins(tp=1, pp=2, ep=16)
+    rows = space_array(model, cl.devices, 8, job, bounds, pins)
+    ests = [estimate(model, cl, job, to_strategy(tuple(int(x) for x in r)), bounds.max_memory_frac) for r in rows]
+    want = min((e.step_time_s, tuple(int(x) for x in r)) for e, r in zip(ests, rows, strict=True) if e.fits)
+    got = search(model, cl, job, bounds, pins)
+    assert (got.plans[0].step_time_s, got.keys[0]) == want
+    assert got.plans[0].strategy.moe_a2a_overlap     # EP 16 over 2 nodes' NICs: hiding part of it wins here
+
+
+def test_plan_shows_and_exports_the_overlap(tmp_path):
+    import json as _json
+
+    import yaml
+    from typer.testing import CliRunner
+
+    from baige_plan.cli.app import app
+
+    runner = CliRunner()
+    args = ["plan", str(_q30(tmp_path)[0]), "h100-sxm5-80g:4x8", "--global-batch", "256", "--seq-len", "4096",
+            "--tp", "1", "--pp", "2", "--ep", "16", "--max-micro-batch", "2"]
+    r = runner.invoke(app, args + ["--format", "json"])
+    assert r.exit_code == 0, r.output
+    top = _json.loads(r.stdout)["plans"][0]
+    assert top["strategy"]["moe_a2a_overlap"] is True
+    table = runner.invoke(app, args + ["--top", "3"])
+    assert "ep 16+ov" in table.stdout and "overlap_moe_expert_parallel_comm" in table.stdout
+    pinned = runner.invoke(app, args + ["--no-moe-a2a-overlap", "--format", "json"])
+    assert "moe_a2a_overlap" not in _json.loads(pinned.stdout)["plans"][0]["strategy"]
+    # the plan file carries it and the exports pass it to the runtimes that run it
+    plan = tmp_path / "p.json"
+    assert runner.invoke(app, args + ["--out", str(plan)]).exit_code == 0
+    assert _json.loads(plan.read_text())["strategy"]["moe_a2a_overlap"] is True
+    mg = runner.invoke(app, ["export", str(plan), "--to", "megatron"])
+    assert mg.exit_code == 0 and "--overlap-moe-expert-parallel-comm" in mg.stdout
+    fs = runner.invoke(app, ["export", str(plan), "--to", "flagscale"])
+    assert fs.exit_code == 0, fs.output
+    cfg = yaml.safe_load(fs.stdout)
+    assert cfg["train"]["system"]["overlap_moe_expert_parallel_comm"] is True
+    assert cfg["experiment"]["envs"]["CUDA_DEVICE_MAX_CONNECTIONS"] == 32      # tp 1, cp 1: no TP ordering to keep
+    # torchtitan does not run megatron-core's combined 1F1B: refused, exit 2
+    assert runner.invoke(app, ["export", str(plan), "--to", "torchtitan"]).exit_code == 2

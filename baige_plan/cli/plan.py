@@ -102,6 +102,10 @@ def plan(
     sequence_parallel: bool = typer.Option(None, "--sequence-parallel/--no-sequence-parallel",
                                            help="Pin sequence parallelism [default: on when tp > 1]."),
     attention: Attention = typer.Option(Attention.flash, "--attention", help=ATTENTION_HELP),
+    moe_a2a_overlap: bool = typer.Option(None, "--moe-a2a-overlap/--no-moe-a2a-overlap",
+                                         help="Pin Megatron-core's EP all-to-all overlap (MoE, megatron and flagscale: "
+                                         "--overlap-moe-expert-parallel-comm) [default: searched where it runs].",
+                                         show_default=False),
     exclude: list[str] = typer.Option(None, "--exclude", metavar="NODES", help="Nodes not to use (broken or "
                                       "reserved): GROUP:INDEX or GROUP:FIRST-LAST, as in a plan's placement and "
                                       "`replan --drop`; comma- or space-separated, repeatable [default: none]."),
@@ -187,7 +191,7 @@ def plan(
                     recompute=recompute.value if recompute else None, sequence_parallel=sequence_parallel,
                     attention=attention.value, first_stage_layers=first_stage_layers,
                     last_stage_layers=last_stage_layers, account_for_embedding=account_for_embedding,
-                    account_for_loss=account_for_loss)
+                    account_for_loss=account_for_loss, moe_a2a_overlap=moe_a2a_overlap)
         if len(excluded.get(cl.groups[0].name, ())) >= cl.groups[0].nodes:   # SPEC §3: no feasible plan, exit 1
             err(f"no feasible plan: --exclude leaves no node of the cluster (all {cl.groups[0].nodes} nodes of group "
                 f"{cl.groups[0].name!r} excluded)")
@@ -361,6 +365,10 @@ def _notes(doc: dict, none_why: str) -> list[str]:
     out = []
     if any(d.get("tie") for d in doc["plans"]):
         out.append("~ " + doc["ordering"])
+    if any(d["strategy"].get("moe_a2a_overlap") or "moe_a2a_overlap" in (d.get("equivalent") or {})
+           for d in doc["plans"]):
+        out.append("+ov: the EP all-to-all overlapped with another micro-batch's compute (megatron-core "
+                   "overlap_moe_expert_parallel_comm), costed with its measured contention; (+ov): on or off, equal")
     out.append(recipe_line(doc.get("published_recipe"), doc["plans"][0], none_why))
     return out
 

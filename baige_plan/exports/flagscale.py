@@ -248,6 +248,10 @@ def export(doc: dict) -> Export:
                 system["decoder_last_pipeline_num_layers"] = counts[-1]
         if kn["ep"] > 1 or kn["etp"] > 1:
             system.update(expert_model_parallel_size=kn["ep"], expert_tensor_parallel_size=kn["etp"])
+        if defaults.get("moe_a2a_overlap"):
+            # the bundled Megatron-LM's overlap_moe_expert_parallel_comm (flagscale/train/train_gpt.py builds the
+            # combined 1F1B's schedule plan with it), as costed (cost/moe.py a2a_overlap_pair_s)
+            system["overlap_moe_expert_parallel_comm"] = True
     if kn["sequence_parallel"] and any(x["tp"] > 1 for x in ms):
         system["sequence_parallel"] = True
     if kn["zero"] >= 1:
@@ -310,7 +314,10 @@ def export(doc: dict) -> Export:
         hostfile.append(f"{names.get((g, n), _host(g, n))} slots={used[(g, n)]}"
                         + (f" type={label_of[(g, n)]}" if hetero else ""))
 
-    envs: dict = {"CUDA_DEVICE_MAX_CONNECTIONS": 1}
+    # 1 orders TP/CP communication before compute; megatron's validate_args asks for more connections for the EP
+    # all-to-all overlap (a warning, "1 or 32" when both), so 32 where no TP or CP needs the 1
+    a2a_only = defaults.get("moe_a2a_overlap") and all(x["tp"] == 1 for x in ms) and kn["cp"] == 1
+    envs: dict = {"CUDA_DEVICE_MAX_CONNECTIONS": 32 if a2a_only else 1}
     if hetero:
         per: dict = {}
         for x in ms:

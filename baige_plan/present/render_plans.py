@@ -37,7 +37,10 @@ def _strat_cells(s: dict, equivalent: dict | None = None) -> list[str]:
     eq = equivalent or {}
 
     def c(k: str) -> str:
-        return "|".join(_knob(k, v) for v in eq[k]) if k in eq else _knob(k, s[k])
+        cell = "|".join(_knob(k, v) for v in eq[k]) if k in eq else _knob(k, s[k])
+        if k == "ep":   # Megatron-core's EP all-to-all overlap rides on the ep cell: 8+ov (on), 8(+ov) (either)
+            cell += "(+ov)" if "moe_a2a_overlap" in eq else "+ov" if s.get("moe_a2a_overlap") else ""
+        return cell
 
     return [c(k) for k in ("tp", "pp", "dp", "cp", "ep", "zero", "micro_batch", "vpp", "recompute",
                            "sequence_parallel")]
@@ -93,7 +96,7 @@ def ranking_table(plans: list[dict], title: str, idle: list[dict] | None = None,
     # one space between columns (no padding): the table fits 100 columns; ep only when a plan uses it
     t = Table(title=title, title_justify="left", caption=_caption(idle, notes), caption_justify="left",
               box=box.SIMPLE_HEAD, padding=0)
-    ep = any(p["strategy"]["ep"] != 1 for p in plans)
+    ep = any(p["strategy"]["ep"] != 1 or p["strategy"].get("moe_a2a_overlap") for p in plans)
     keep = [h != "ep" or ep for h in _STRAT_HEAD]
     for h in ["#", *(h for h, k in zip(_STRAT_HEAD, keep, strict=True) if k), "step time", "band s", "MFU",
               "tokens/s/dev", "peak GiB"]:
@@ -109,7 +112,8 @@ def layout_text(s: dict) -> str:
     """A strategy in a line: tp 4 pp 8 dp 16 vpp 6 mb 1 zero 1 recompute none (cp, ep, vpp when > 1)."""
     parts = [f"tp {s['tp']}", f"pp {s['pp']}", f"dp {s['dp']}"]
     parts += [f"{k} {s[k]}" for k in ("cp", "ep", "vpp") if s.get(k, 1) != 1]
-    return " ".join(parts + [f"mb {s['micro_batch']}", f"zero {s['zero']}", f"recompute {s['recompute']}"])
+    tail = [f"mb {s['micro_batch']}", f"zero {s['zero']}", f"recompute {s['recompute']}"]
+    return " ".join(parts + tail + (["EP all-to-all overlap"] if s.get("moe_a2a_overlap") else []))
 
 
 def recipe_line(pub: dict | None, top: dict, none_why: str = "") -> str:

@@ -13,10 +13,13 @@ Time lower bound: with per-layer times c (from `stage_cost` on a one-layer stage
 stage times t_i >= sum of its layers' c (+ logits/loss on the last stage), and the step
     T = m·t_max + (sum t - t_max)/vpp + exposed DP + optimizer
 is non-decreasing in every t_i (m >= 1 >= 1/vpp), so plugging in the lower bounds, dropping the
-exposed DP and p2p terms (>= 0) and keeping the optimizer step gives T_lb <= T.
+exposed DP and p2p terms (>= 0) and keeping the optimizer step gives T_lb <= T. With the EP all-to-all overlap
+(column a2a) an MoE layer's bound is its time per layer when every micro-batch runs paired (`_layer_time`).
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 
@@ -53,6 +56,7 @@ from baige_plan.specs.strategy import ATTENTION, RECOMPUTE, StrategySpec, stage_
 from baige_plan.specs.topology import GroupSpec
 
 SAFETY = 1e-9   # relative slack for floating-point summation order
+OVERLAP_BOUND_MICRO_BATCHES = 10**9   # enough that the combined 1F1B's unpaired warm-up share is negligible
 
 
 def _cols(a: np.ndarray, *names: str) -> list[np.ndarray]:
@@ -248,7 +252,12 @@ class Bounds:
         return best
 
     # -- per (tp, cp, mb, sp, ep, etp, attention, recompute'): per-layer time --------------------
-    def _layer_time(self, key: tuple[int, ...]) -> tuple[float, float, float]:
+    def _layer_time(self, key: tuple[int, ...]) -> tuple[float, float, float, float]:
+        """(dense layer, MoE layer, last-stage tail, MoE layer with Megatron-core's EP all-to-all overlap) seconds
+        per micro-batch, lower bounds. With the overlap (cost/estimate.py stage_cost, cost/moe.py
+        a2a_overlap_pair_s) a stage's n MoE layers take pair(n) + u (alone - pair(n)) per micro-batch, u >= 0 the
+        share run unpaired, and the host-bound terms are added unchanged; pair(n)/n falls with n, so the model's
+        L MoE layers paired (u -> 0) give a per-layer bound for any stage."""
         tp, cp, mb, sp, ep, etp, att, rec = key
         m = self.model
         s = StrategySpec(tp=tp, pp=3, dp=ep * etp, cp=cp, ep=ep, etp=etp, micro_batch=mb, recompute=RECOMPUTE[rec],
@@ -263,7 +272,17 @@ class Bounds:
         li = m.layers - 1
         st = stage_cost(m, self.group, self.job, s, 2, li, 1, 1, memo=self.memo)
         tail = max(0.0, st.time_s - st.pp_s - c["m" if m.is_moe_layer(li) else "d"])
-        return c.get("d", 0.0), c.get("m", 0.0), tail
+        cm_ov = c.get("m", 0.0)
+        if moe_i is not None and ep > 1 and RECOMPUTE[rec] != "full":
+            # every layer of the model in one middle stage of an interleaved pipeline, with so many micro-batches
+            # that none runs unpaired: the overlapped MoE layers' time per layer there, pair(L)/L, is at most
+            # pair(n)/n for any n <= L layers (non-increasing in n: tests/test_moe_a2a_overlap.py)
+            s_ov = replace(s, vpp=2, moe_a2a_overlap=True)
+            st = stage_cost(m, self.group, self.job, s_ov, 1, 0, m.layers, OVERLAP_BOUND_MICRO_BATCHES,
+                            memo=self.memo)
+            n_moe = m.moe_layer_count
+            cm_ov = min(cm_ov, max(0.0, (st.time_s - st.pp_s - (m.layers - n_moe) * c.get("d", 0.0)) / n_moe))
+        return c.get("d", 0.0), c.get("m", 0.0), tail, cm_ov
 
     def time_lb_s(self, a: np.ndarray) -> np.ndarray:
         return self.time_lb_parts(a)[0]
@@ -282,8 +301,9 @@ class Bounds:
         if self.group.profile is None:   # a profile may time selective and none differently
             rec[cheap] = RECOMPUTE.index("none")
         uniq, inv = _unique_rows(a, ("tp", "cp", "micro_batch", "sp", "ep", "etp", "attention"), rec)
-        T = np.array([self._layer_time(tuple(int(x) for x in k)) for k in uniq]).reshape(-1, 3)[inv.reshape(-1)]
-        cd, cm, tail = T[:, 0], T[:, 1], T[:, 2]
+        T = np.array([self._layer_time(tuple(int(x) for x in k)) for k in uniq]).reshape(-1, 4)[inv.reshape(-1)]
+        cd, tail = T[:, 0], T[:, 2]
+        cm = np.where(a[:, COL["a2a"]] > 0, T[:, 3], T[:, 1])
         tp, pp, dp, cp, ep, etp, zero, mb, vpp = (x.astype(np.float64) for x in _cols(
             a, "tp", "pp", "dp", "cp", "ep", "etp", "zero", "micro_batch", "vpp"))
         P = self._params(a)

@@ -3,11 +3,12 @@ stays the exact optimum of the cost model (search/solver.py, checked by search/o
 
 1. Equal estimates are one row (`dedupe`). Estimates whose step time and peak memory are equal at the plan
    file's rounding (6 significant digits, io/serialize.py rnd) and whose strategies differ only in knobs that
-   leave the layout alone (`KNOBS`: recompute, zero, micro-batch, sequence parallelism, attention) collapse
-   into one row. Megatron's selective recomputation (core attention only) costs nothing with flash attention,
+   leave the layout alone (`KNOBS`: recompute, zero, micro-batch, sequence parallelism, attention, the EP
+   all-to-all overlap) collapse into one row. Megatron's selective recomputation (core attention only) costs nothing with flash attention,
    so recompute none and selective give the same estimate and used to fill half of every top-N list. The row
    shows its simplest member (`simplicity`: recompute none, then selective, then full; the lower ZeRO stage;
-   the smaller micro-batch; sequence parallelism off; flash attention) and names the others (`equivalent`).
+   the smaller micro-batch; sequence parallelism off; flash attention; no EP overlap) and names the others
+   (`equivalent`).
 2. Ties (`present_order`). The estimate is uncertain: each carries step_time_band_s, the range its step time
    is expected in (cost/bands.py). Among the TIE_POOL fastest rows, the rows whose bands overlap the band of
    the fastest row are a tie group; the rest of the pool is grouped the same way around its own fastest row,
@@ -28,7 +29,7 @@ from dataclasses import dataclass, fields
 from baige_plan.specs.strategy import ATTENTION, RECOMPUTE, StrategySpec
 
 TIE_POOL = 16     # ties are sought among this many fastest distinct rows, whatever --top is
-KNOBS = ("recompute", "zero", "micro_batch", "sequence_parallel", "attention")   # may be equivalent
+KNOBS = ("recompute", "zero", "micro_batch", "sequence_parallel", "attention", "moe_a2a_overlap")   # may be equivalent
 ORDER_RULE = ("ties: plans whose step-time bands overlap; shown simpler first: fewer parallel dimensions "
               "(tp, pp, cp, ep, vpp, zero 3), no cp unless every tie needs it, a published recipe's layout, "
               "then step time")
@@ -43,9 +44,9 @@ def sig(x: float, digits: int = 6) -> float:
 
 def simplicity(s: StrategySpec) -> tuple:
     """The order of equivalent knobs, simplest first: recompute none < selective < full, lower ZeRO stage,
-    smaller micro-batch, sequence parallelism off, flash attention."""
+    smaller micro-batch, sequence parallelism off, flash attention, the EP all-to-all overlap off."""
     return (RECOMPUTE.index(s.recompute), s.zero, s.micro_batch, bool(s.sequence_parallel),
-            ATTENTION.index(s.attention))
+            ATTENTION.index(s.attention), bool(s.moe_a2a_overlap))
 
 
 def _layout_key(s: StrategySpec) -> tuple:

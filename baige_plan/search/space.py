@@ -1,5 +1,5 @@
 """The homogeneous strategy space: every valid (tp, pp, dp, cp, ep, etp, zero, micro-batch, vpp,
-recompute, sequence parallel, layer split) for a model, a one-group cluster and a job.
+recompute, sequence parallel, layer split, EP all-to-all overlap) for a model, a one-group cluster and a job.
 
 Rules (the same ones `specs.strategy.check_strategy` enforces, plus the space's own):
   world: tp·pp·cp·dp = devices; tp divides heads, kv_heads, ffn_hidden; tp <= max_tp (default
@@ -8,7 +8,8 @@ Rules (the same ones `specs.strategy.check_strategy` enforces, plus the space's 
   split or its embedding/loss accounting, interleaved where the runtime runs that (`uneven_splits`,
   `split_family`); batch: global_batch % (dp·micro_batch) == 0; cp: seq_len %
   (2·cp) == 0; SP (tp > 1 only): (seq_len/cp) % tp == 0; MoE: experts % ep, ep | tp·cp·dp/etp,
-  expert_ffn_hidden % etp, etp <= max_tp; vpp > 1 needs micro-batches % pp == 0.
+  expert_ffn_hidden % etp, etp <= max_tp; vpp > 1 needs micro-batches % pp == 0; EP all-to-all overlap
+  (megatron, flagscale) with ep > 1, no full recomputation, vpp > 1 when pp > 1 (`a2a_choices`).
   Attention stays "flash" unless pinned. Pins fix a dimension; bounds cap tp, pp, cp, micro-batch.
 
 A candidate is a plain tuple (`Cand`), sortable: the deterministic tie-break of the search.
@@ -28,14 +29,15 @@ from baige_plan.limits import MAX_CANDIDATES, MAX_DEVICES
 from baige_plan.specs import runtimes
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
-from baige_plan.specs.strategy import ATTENTION, RECOMPUTE, StrategySpec, chunk_layers
+from baige_plan.specs.strategy import A2A_OVERLAP_RUNTIMES, ATTENTION, RECOMPUTE, StrategySpec, chunk_layers
 
 # (tp, pp, dp, cp, ep, etp, zero, micro_batch, vpp, recompute index, sp 0/1, first, last, attention index,
-# account) all ints; first/last = 0 means "not set" (even split); account: bit 1 the embedding, bit 2 the loss
-# counted as a pipeline layer (Megatron account_for_*). Sorting these tuples is the tie-break.
+# account, a2a 0/1) all ints; first/last = 0 means "not set" (even split); account: bit 1 the embedding, bit 2 the
+# loss counted as a pipeline layer (Megatron account_for_*); a2a: Megatron-core's EP all-to-all overlap
+# (StrategySpec.moe_a2a_overlap). Sorting these tuples is the tie-break.
 Cand = tuple
 FIELDS = ("tp", "pp", "dp", "cp", "ep", "etp", "zero", "micro_batch", "vpp", "recompute", "sp", "first", "last",
-          "attention", "account")
+          "attention", "account", "a2a")
 COL = {k: i for i, k in enumerate(FIELDS)}
 
 
@@ -77,6 +79,7 @@ class Pins:
     last_stage_layers: int | None = None
     account_for_embedding: bool | None = None
     account_for_loss: bool | None = None
+    moe_a2a_overlap: bool | None = None   # None: searched where the runtime runs it (`a2a_choices`)
 
     @property
     def split_pinned(self) -> bool:
@@ -200,6 +203,17 @@ def _pick(pin, values):
     return [pin] if pin is not None else values
 
 
+def a2a_choices(model: ModelSpec, runtime: str, ep: int, pp: int, vpp: int, recompute: str,
+                pin: bool | None = None) -> tuple[int, ...]:
+    """The EP all-to-all overlap settings (0 off, 1 on) a candidate may take: on only where megatron-core runs
+    it (StrategySpec's rules: an MoE model, ep > 1, no full recomputation, a virtual pipeline when pp > 1) on a
+    runtime that runs its combined 1F1B (specs/strategy.py A2A_OVERLAP_RUNTIMES); a pin keeps one value."""
+    ok = (model.moe is not None and ep > 1 and runtime in A2A_OVERLAP_RUNTIMES and recompute != "full"
+          and (pp == 1 or vpp > 1))
+    vals = (0, 1) if ok else (0,)
+    return vals if pin is None else tuple(v for v in vals if v == int(pin))
+
+
 def enumerate_space(model: ModelSpec, devices: int, devices_per_node: int, job: JobSpec,
                     bounds: Bounds = Bounds(), pins: Pins = Pins()) -> Iterator[Cand]:
     """Every valid candidate the runtime (`bounds.runtime`) runs, built by construction (no trial and
@@ -218,6 +232,7 @@ def enumerate_space(model: ModelSpec, devices: int, devices_per_node: int, job: 
     zeros = [z for z in _pick(pins.zero, [0, 1, 2, 3]) if z in rt.zero_stages]
     att = ATTENTION.index(pins.attention)
     extra = rt.extra_refusal
+    base = StrategySpec(**runtimes.knobs(bounds.runtime))   # the runtime's knobs, for `_probe`
     for tp in _pick(pins.tp, divisors(devices)):
         if tp > max_tp or devices % tp or model.heads % tp or model.kv_heads % tp or model.ffn_hidden % tp:
             continue
@@ -257,12 +272,19 @@ def enumerate_space(model: ModelSpec, devices: int, devices_per_node: int, job: 
                             if (vpp > 1 and m % pp) or (pins.vpp is not None and vpp != pins.vpp):
                                 continue
                             for rec in recs:
+                                a2as = a2a_choices(model, bounds.runtime, ep, pp, vpp, RECOMPUTE[rec],
+                                                   pins.moe_a2a_overlap)
+                                if not a2as:
+                                    continue
                                 for sp in sps:
                                     for zero in pp_zeros:
+                                        # runtimes' own rules (RuntimeSpec.extra_refusal) do not read the EP overlap:
+                                        # asked once for both settings
                                         c = (tp, pp, dp, cp, ep, etp, zero, mb, vpp, rec, int(sp), first, last, att,
-                                             acc)
-                                        if extra is None or extra(to_strategy(c, bounds.runtime), model, job) is None:
-                                            yield c
+                                             acc, a2as[0])
+                                        if extra is None or extra(_probe(c, base), model, job) is None:
+                                            for a2a in a2as:
+                                                yield c[:-1] + (a2a,)
 
 
 def space_array(model: ModelSpec, devices: int, devices_per_node: int, job: JobSpec,
@@ -292,16 +314,33 @@ def _expert_dims(model: ModelSpec, folded: int, max_tp: int, pins: Pins) -> list
     return out
 
 
+def _probe(c: Cand, base: StrategySpec) -> StrategySpec:
+    """`to_strategy(c)` for the runtime's own refusal (RuntimeSpec.extra_refusal), without re-running
+    StrategySpec's field checks on every candidate of a space of millions: `enumerate_space` builds its candidates
+    valid by construction (tests/test_search.py: the same set as the oracle's, which checks each strategy), and
+    only the candidates it keeps are built with the checks (`to_strategy`). `base`: the runtime's knobs."""
+    tp, pp, dp, cp, ep, etp, zero, mb, vpp, rec, sp, first, last, att, acc, a2a = c
+    s = object.__new__(StrategySpec)
+    s.__dict__.update(base.__dict__)
+    s.__dict__.update(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, zero=zero, micro_batch=mb, vpp=vpp,
+                      recompute=RECOMPUTE[rec], sequence_parallel=bool(sp), attention=ATTENTION[att],
+                      first_stage_layers=first or None, last_stage_layers=last or None,
+                      account_for_embedding=bool(acc & 1), account_for_loss=bool(acc & 2), moe_a2a_overlap=bool(a2a))
+    return s
+
+
 def to_strategy(c: Cand, runtime: str = runtimes.DEFAULT) -> StrategySpec:
     """The candidate as a strategy run (and costed) by `runtime`."""
-    tp, pp, dp, cp, ep, etp, zero, mb, vpp, rec, sp, first, last, att, acc = c
+    tp, pp, dp, cp, ep, etp, zero, mb, vpp, rec, sp, first, last, att, acc, a2a = c
     return StrategySpec(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, zero=zero, micro_batch=mb, vpp=vpp,
                         recompute=RECOMPUTE[rec], sequence_parallel=bool(sp), attention=ATTENTION[att],
                         first_stage_layers=first or None, last_stage_layers=last or None,
-                        account_for_embedding=bool(acc & 1), account_for_loss=bool(acc & 2), **runtimes.knobs(runtime))
+                        account_for_embedding=bool(acc & 1), account_for_loss=bool(acc & 2),
+                        moe_a2a_overlap=bool(a2a), **runtimes.knobs(runtime))
 
 
 def from_strategy(s: StrategySpec) -> Cand:
     return (s.tp, s.pp, s.dp, s.cp, s.ep, s.etp, s.zero, s.micro_batch, s.vpp, RECOMPUTE.index(s.recompute),
             int(bool(s.sequence_parallel)), s.first_stage_layers or 0, s.last_stage_layers or 0,
-            ATTENTION.index(s.attention), int(s.account_for_embedding) | 2 * int(s.account_for_loss))
+            ATTENTION.index(s.attention), int(s.account_for_embedding) | 2 * int(s.account_for_loss),
+            int(bool(s.moe_a2a_overlap)))
