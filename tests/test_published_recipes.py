@@ -101,6 +101,19 @@ def test_none_near():
     assert nearest(idx, LLAMA8, H100_16, JobSpec(128, 8192, "bf16"), "megatron", 0.9) is None
 
 
+def test_moe_and_dense_are_not_near_each_other():
+    """An MoE model of another shape within 2x the parameters is not near a dense one (nor the reverse): a dense
+    run's layout says nothing about expert parallelism. The exact shape stays near whatever it is."""
+    moe_shape = [16, 4096, 32, 8, 14336, 128256, 8, 2, 14336]     # 16 layers of 8 experts top-2: ~1.9x llama3-8b
+    idx = index(row("moe", shape=moe_shape, params=15_000_000_000, gpus=16), row("dense", shape=OTHER,
+                                                                                params=8833571226, gpus=16))
+    assert [r.id for r in candidates(idx, LLAMA8, "h100-sxm5-80g", "nvidia", 16)] == ["dense"]
+    mixtral = CAT.model("mixtral-8x7b")          # 46.7B: 16B-93B are within 2x
+    idx = index(row("dense47", shape=[60, 6144, 48, 8, 24576, 128256, 0, 0, 0], params=40_000_000_000),
+                row("moe40", shape=[40, 4096, 32, 8, 14336, 32000, 8, 2, 14336], params=38_000_000_000))
+    assert [r.id for r in candidates(idx, mixtral, "h100-sxm5-80g", "nvidia", 16)] == ["moe40"]
+
+
 def test_layouts_of_the_nearest_model():
     idx = index(row("a", tp=2, gpus=64), row("b", tp=1, pp=2, vpp=2, gpus=8),
                 row("other", shape=OTHER, params=8833571226, tp=8))

@@ -21,7 +21,8 @@ parameters, cost/params.py; first/last_stage_layers null: not set; measured_step
 
 The nearest recipe (`candidates`, `nearest`): a recipe is near when it ran on the user's chip family and its
 model has the user's shape (layers, hidden, heads, kv_heads, ffn_hidden, vocab, experts, top_k,
-expert_ffn_hidden) or a parameter count within 2x. Nearest first: the same shape, else the closest parameter
+expert_ffn_hidden) or a parameter count within 2x and the same kind (MoE or dense: a dense run's layout says
+little about expert parallelism, and the reverse). Nearest first: the same shape, else the closest parameter
 count; then the same chip, else the same family; then the plan's runtime (a recipe another runtime ran is
 kept, after); then the closest GPU count (by ratio; the smaller count on equal ratios); then the job's
 precision; then the fastest measured (tokens/s per GPU: the recipe worth copying); then the id. The first one
@@ -201,13 +202,14 @@ def candidates(recipes: Sequence[Recipe], model: ModelSpec, chip: str, family: s
                precision: str = "", runtime: str = "") -> list[Recipe]:
     """The near recipes, nearest first (module docstring)."""
     shape, params = shape_of(model), total_params(model)
+    moe = model.moe is not None
     keyed = []
     for r in recipes:
         if r.family != family:
             continue
         exact = r.shape == shape
         ratio = r.params / params
-        if not exact and not 1 / PARAMS_RATIO <= ratio <= PARAMS_RATIO:
+        if not exact and (not 1 / PARAMS_RATIO <= ratio <= PARAMS_RATIO or (r.shape[SHAPE.index("experts")] > 0) != moe):
             continue
         # among equally near runs, the fastest measured (tokens per second per GPU) is the recipe to show
         speed = (r.global_batch * r.seq_len / (r.measured_step_time_s * r.gpus)) if r.measured_step_time_s else 0.0
