@@ -100,7 +100,8 @@ def plan_hetero(cat, m: ModelSpec, cl: ClusterSpec, job: JobSpec, *, micro_batch
                       f"({node_list(excluded[g.name])}) excluded by --exclude")
                      for g in whole.groups if excluded.get(g.name))
         r = replace(r, idle=gone + tuple(r.idle))
-    note(f"solved {r.templates} pipeline templates with CP-SAT in {r.seconds:.2f} s: {r.status}"
+    how = "each by an exact layer sweep" if not r.cp_sat else f"{r.cp_sat} with CP-SAT, the others by an exact layer sweep"
+    note(f"solved {r.templates} pipeline templates ({how}) in {r.seconds:.2f} s: {r.status}"
          + (f", gap {r.gap:.2%}" if r.gap else ""))
     bubble = r.estimate.breakdown_s.get("pp_bubble", 0.0) / r.estimate.step_time_s
     if bubble >= BUBBLE_NOTE and len(r.pipelines.devices_by_group()) > 1 and runtime != "flagscale":

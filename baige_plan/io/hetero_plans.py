@@ -26,7 +26,8 @@ from baige_plan.specs.model import ModelSpec
 from baige_plan.specs.pipeline import PipelinesSpec
 from baige_plan.specs.topology import ClusterSpec
 
-SOLVER = "OR-Tools CP-SAT over layer splits and batch shares per pipeline template + exact-model polish"
+SOLVER = ("per pipeline template: an exact layer sweep (one shape) or OR-Tools CP-SAT over layer splits and batch "
+          "shares (several shapes), + exact-model polish")
 
 
 def hetero_pipelines_doc(p: PipelinesSpec, e: Estimate) -> list[dict]:

@@ -115,6 +115,8 @@ class HeteroResult:
     standalone: dict[str, float]          # group -> tokens/s of its best plan alone
     runners_up: tuple[tuple[str, Estimate], ...]   # (template label, estimate), next best first
     idle: tuple[tuple[str, int, str], ...] = ()    # (group, idle devices, why), for groups not fully used
+    cp_sat: int = 0                       # templates of several shapes, solved with CP-SAT (the others by the exact
+                                          # layer sweep, `sweep_single`)
 
 
 def _affine(model, cluster, job, p_base: PipelinesSpec, shape_stages, j, i, m,
@@ -617,7 +619,7 @@ def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySp
     one_pipeline = bool(getattr(runtimes.module(base.runtime), "ONE_PIPELINE", False))
     results = []
     seen: set[Template] = set()
-    solves = 0
+    solves = cp_sat = 0
     pending: list[tuple[Template, StrategySpec]] = []
     for v in variants:
         temps, _ = _templates(model, cluster, job, v, memory_frac, per_group_top, searched, lim, known)
@@ -649,7 +651,7 @@ def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySp
         if solved and time.perf_counter() > deadline:
             stopped = True          # --time-limit: keep what is solved (status FEASIBLE below)
             break
-        tell("solving pipeline templates with CP-SAT", solves, n_temps)
+        tell("solving pipeline templates", solves, n_temps)
         if no:
             unsolved_refused.append((t, v))
             solves += 1
@@ -657,6 +659,7 @@ def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySp
         sol = presolved[(t, v)] if presolved is not None else \
             _solve_template(model, cluster, job, t, v, memory_frac, per, cache)
         solves += 1
+        cp_sat += len(t.shapes) > 1
         if sol is not None:
             solved.append((sol[3], f"{t.label()} recompute {v.recompute}", sol))
     # exact estimates, most promising first; a solution whose linear pipeline time (a lower bound of its
@@ -740,7 +743,8 @@ def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySp
     standalone = standalone_throughputs(model, cluster, job, memory_frac, time_limit_s, searched, lim, base.runtime,
                                         known)
     idle = _idle_reasons(model, cluster, job, p, e, results, base.runtime)
-    return HeteroResult(p, e, status, gap, n_temps, solves, time.perf_counter() - t0, standalone, runners, idle)
+    return HeteroResult(p, e, status, gap, n_temps, solves, time.perf_counter() - t0, standalone, runners, idle,
+                        cp_sat=cp_sat)
 
 
 def _idle_reasons(model, cluster, job, p: PipelinesSpec, e: Estimate, results: list, runtime: str
