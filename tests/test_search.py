@@ -49,6 +49,22 @@ def test_space_equals_oracle_space(case):
 
 
 @pytest.mark.parametrize("case", range(len(CASES)))
+def test_refusal_probe_is_the_strategy(case):
+    """enumerate_space asks the runtime's own refusal of an unchecked probe (space._probe, no StrategySpec checks
+    per candidate): it must be the very strategy to_strategy builds, field for field, and valid."""
+    from baige_plan.search.space import _probe
+    from baige_plan.specs import runtimes
+    from baige_plan.specs.strategy import StrategySpec, check_strategy
+
+    model, cluster, job, bounds, pins = CASES[case]
+    base = StrategySpec(**runtimes.knobs(bounds.runtime))
+    for c in enumerate_space(model, cluster.devices, cluster.groups[0].devices_per_node, job, bounds, pins):
+        p, s = _probe(c, base), to_strategy(c, bounds.runtime)
+        assert p == s and vars(p) == vars(s)
+        check_strategy(p, model, job, cluster.devices)
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
 def test_search_equals_oracle(case):
     model, cluster, job, bounds, pins = CASES[case]
     top = 5
