@@ -275,3 +275,21 @@ def test_plan_shows_and_exports_the_overlap(tmp_path):
     assert cfg["experiment"]["envs"]["CUDA_DEVICE_MAX_CONNECTIONS"] == 32      # tp 1, cp 1: no TP ordering to keep
     # torchtitan does not run megatron-core's combined 1F1B: refused, exit 2
     assert runner.invoke(app, ["export", str(plan), "--to", "torchtitan"]).exit_code == 2
+
+
+@pytest.mark.parametrize("args,why", [
+    (["llama3-8b", "h100-sxm5-80g:1x8", "--global-batch", "64"], "is dense"),
+    (["mixtral-8x7b", "h100-sxm5-80g:2x8", "--global-batch", "64", "--runtime", "torchtitan"], "runtime torchtitan"),
+    (["mixtral-8x7b", "h100-sxm5-80g:2x8", "--global-batch", "64", "--recompute", "full"], "full recomputation"),
+    (["mixtral-8x7b", "h100-sxm5-80g:2x8", "--global-batch", "64", "--ep", "1"], "--ep 1"),
+    (["mixtral-8x7b", "h100-sxm5-80g:2x8", "--global-batch", "64", "--pp", "2", "--vpp", "1"], "virtual pipeline"),
+])
+def test_plan_refuses_an_overlap_pin_no_plan_can_take(args, why):
+    # a pin megatron-core's rules refuse is bad input (exit 2, one line naming the option), not "no feasible plan"
+    from typer.testing import CliRunner
+
+    from baige_plan.cli.app import app
+
+    r = CliRunner().invoke(app, ["plan", *args, "--seq-len", "4096", "--moe-a2a-overlap"])
+    assert r.exit_code == 2 and "--moe-a2a-overlap" in r.output and why in r.output, r.output
+    assert "Traceback" not in r.output

@@ -157,6 +157,8 @@ def plan(
                            recompute=recompute.value if recompute else None, sequence_parallel=sequence_parallel, tp=tp,
                            uneven=bool(first_stage_layers or last_stage_layers) or None,
                            account=bool(account_for_embedding or account_for_loss) or None)
+        if moe_a2a_overlap:
+            _check_a2a_pin(m, rt_name, ep, pp, vpp, recompute.value if recompute else None)
         if cl.is_heterogeneous:
             # every option applies to every pipeline shape, or is refused: replicas differ per shape (--dp),
             # and the heterogeneous runtime runs no cp/ep/vpp across chip groups (specs/runtimes/flagscale.py)
@@ -166,7 +168,8 @@ def plan(
                                           ("--first-stage-layers", first_stage_layers),
                                           ("--last-stage-layers", last_stage_layers),
                                           ("--account-for-embedding", account_for_embedding or None),
-                                          ("--account-for-loss", account_for_loss or None)) if v is not None}
+                                          ("--account-for-loss", account_for_loss or None),
+                                          ("--moe-a2a-overlap", moe_a2a_overlap or None)) if v is not None}
             if refused:
                 raise InputError("plan", ", ".join(refused), "on a cluster of several groups each pipeline shape "
                                  "has its own replicas, and the heterogeneous runtime runs no cp, ep or vpp; pin "
@@ -357,6 +360,26 @@ def _mark(doc: dict, ranked, published, m, job: JobSpec) -> None:
             band = None
         pub = published_doc(published, strategy_dict(published.strategy, job.global_batch), estimate_dict(e, band))
     doc["published_recipe"] = pub
+
+
+def _check_a2a_pin(m, runtime: str, ep, pp, vpp, recompute) -> None:
+    """Exit 2 for a --moe-a2a-overlap pin no plan can take (megatron-core's rules, specs/strategy.py), naming why."""
+    from baige_plan.specs.strategy import A2A_OVERLAP_RUNTIMES
+
+    why = None
+    if m.moe is None:
+        why = f"needs an MoE model; {m.name} is dense"
+    elif runtime not in A2A_OVERLAP_RUNTIMES:
+        why = (f"runtime {runtime} does not run megatron-core's EP all-to-all overlap (runtimes that do: "
+               f"{', '.join(A2A_OVERLAP_RUNTIMES)})")
+    elif ep == 1:
+        why = "needs expert parallelism: --ep 1 leaves no all-to-all to overlap"
+    elif recompute == "full":
+        why = "megatron-core refuses it with full recomputation (--recompute full)"
+    elif pp is not None and pp > 1 and vpp == 1:
+        why = f"with --pp {pp} megatron-core needs a virtual pipeline (--vpp 1 pinned)"
+    if why:
+        raise SpecError("--moe-a2a-overlap", why)
 
 
 def _notes(doc: dict, none_why: str) -> list[str]:
