@@ -1,8 +1,8 @@
 """The planner's exported plans launched unchanged on 4x H200 with real runtimes (issue 17 acceptance): Megatron-core
 0.19.2 without Transformer Engine (benchmarks/real/runs_megatron_local_h200x4.yaml: Llama 3.2 1B and Llama 3 8B, dp /
 tp / pp with interleaving / tp4) and torchtitan 0.2.2 (runs_torchtitan_h200x4.yaml: Llama 2 7B and Llama 3 8B, FSDP
-zero 2/3, tp2, cp2); runs_megatron_local_unseen_h200x4.yaml: Mistral 7B and Llama 2 13B, launched after their predictions
-were committed to plan files. The references are the measured step times and peaks (docs/VALIDATION.md, "Real runtimes on
+zero 2/3, tp2, cp2); runs_{megatron_local,torchtitan}_unseen_h200x4.yaml: Mistral 7B and Llama 2 13B, launched after
+their predictions were written to plan files. The references are the measured step times and peaks (docs/VALIDATION.md, "Real runtimes on
 4 GPUs"); the bars are the issue's: median |step-time error| <= 10%, predicted best = measured best in every model."""
 
 from __future__ import annotations
@@ -18,13 +18,14 @@ from baige_plan.reports.backtest import backtest_file
 REAL = Path(__file__).resolve().parents[1] / "benchmarks" / "real"
 
 
-@pytest.mark.parametrize("name, runtime, rows, max_err", [
-    ("runs_megatron_local_h200x4.yaml", "megatron-local", 8, 0.07),
-    ("runs_torchtitan_h200x4.yaml", "torchtitan", 9, 0.16),
+@pytest.mark.parametrize("name, runtime, rows, max_err, min_tau", [
+    ("runs_megatron_local_h200x4.yaml", "megatron-local", 8, 0.07, 0.7),
+    ("runs_torchtitan_h200x4.yaml", "torchtitan", 9, 0.16, 0.7),
     # models no earlier real run had measured (Mistral 7B, Llama 2 13B), plans chosen and predicted before launch
-    ("runs_megatron_local_unseen_h200x4.yaml", "megatron-local", 8, 0.06),
+    ("runs_megatron_local_unseen_h200x4.yaml", "megatron-local", 8, 0.06, 0.7),
+    ("runs_torchtitan_unseen_h200x4.yaml", "torchtitan", 8, 0.11, 0.6),
 ])
-def test_4gpu_launches_backtest_within_the_issue_bars(name, runtime, rows, max_err):
+def test_4gpu_launches_backtest_within_the_issue_bars(name, runtime, rows, max_err, min_tau):
     doc = backtest_file(REAL / name, Catalog.create())
     s = doc["summary"]
     assert s["rows"] == rows and s["evaluated_rows"] == rows and s["refused_rows"] == 0
@@ -33,7 +34,7 @@ def test_4gpu_launches_backtest_within_the_issue_bars(name, runtime, rows, max_e
     rk = s["ranking"]
     assert len(rk["groups"]) == 2
     assert all(g["predicted_best"] == g["measured_best"] for g in rk["groups"])
-    assert rk["kendall_tau"] >= 0.7
+    assert rk["kendall_tau"] >= min_tau
     data = yaml.safe_load((REAL / name).read_text())["rows"]
     assert {r["parallel"]["runtime"] for r in data} == {runtime}
     assert all(r["hardware"]["num_gpus"] == 4 for r in data)

@@ -2,19 +2,31 @@
 # The torchtitan 0.2.2 plans launched by run_torchtitan.sh: the planner's best `--runtime torchtitan` plans for
 # Llama 2 7B and Llama 3 8B at global batch 16, seq 4096, on CHIP:1xN, each written as a plan file (pins below
 # reproduce the searched rows; `plan --top 30` prints them) and exported with `--runtime-version 0.2`.
-#   bash benchmarks/real/export_torchtitan.sh CHIP N OUTDIR      e.g. h200-sxm-141g 2 benchmarks/real/torchtitan_h200x2
+#   bash benchmarks/real/export_torchtitan.sh CHIP N OUTDIR [SET]     e.g. h200-sxm-141g 2 benchmarks/real/torchtitan_h200x2
+# SET "unseen" (2026-11-27): Mistral 7B and Llama 2 13B, models no earlier run measured: the planner's top plan and the
+# best of each other layout torchtitan 0.2.2 trains, chosen and predicted before any was launched.
 # One folder per plan: plan.yaml + the export (torchtitan_args.txt, launch.sh, hostfile, slurm.sbatch,
 # baige_torchtitan_config.py for models torchtitan does not ship). A plan the export refuses (torchtitan 0.2.x runs
 # bf16 only through FSDP: TP/PP without data sharding, DDP with TP) is reported and skipped.
 set -u
-CHIP="${1:?CHIP}"; N="${2:?devices}"; OUT="${3:?OUTDIR}"
+CHIP="${1:?CHIP}"; N="${2:?devices}"; OUT="${3:?OUTDIR}"; SET="${4:-base}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BP="${BAIGE_PLAN:-baige-plan}"
 mkdir -p "$OUT"
 # model tp pp dp cp zero mb recompute vpp (the rows of `plan MODEL CHIP:1xN --global-batch 16 --seq-len 4096
 # --runtime torchtitan --top 30` that torchtitan 0.2.2 trains in bf16: FSDP over dp or cp, and DDP)
-case "$CHIP:$N" in
-  h200-sxm-141g:2) PLANS="
+case "$CHIP:$N:$SET" in
+  h200-sxm-141g:4:unseen) PLANS="
+mistral-7b 1 1 4 1 2 4 none 1
+mistral-7b 1 1 4 1 3 4 none 1
+mistral-7b 2 1 2 1 2 8 none 1
+mistral-7b 1 1 2 2 2 8 none 1
+llama2-13b 1 1 4 1 2 1 none 1
+llama2-13b 1 1 4 1 3 2 none 1
+llama2-13b 2 1 2 1 2 4 none 1
+llama2-13b 1 1 2 2 2 2 none 1
+" ;;
+  h200-sxm-141g:2:base) PLANS="
 llama2-7b 1 1 2 1 2 2 none 1
 llama3-8b 1 1 2 1 2 2 none 1
 llama2-7b 1 1 2 1 3 2 none 1
@@ -26,7 +38,7 @@ llama3-8b 1 1 2 1 2 1 none 1
 llama2-7b 1 1 2 1 0 1 none 1
 llama2-7b 2 1 1 1 0 8 none 1
 " ;;
-  h100-sxm5-80g:2) PLANS="
+  h100-sxm5-80g:2:base) PLANS="
 llama2-7b 1 1 2 1 3 1 selective 1
 llama3-8b 1 1 1 2 3 1 full 1
 llama2-7b 1 1 1 2 3 2 selective 1
@@ -34,7 +46,7 @@ llama2-7b 1 1 2 1 3 4 full 1
 llama2-7b 1 1 1 2 3 1 none 1
 llama2-7b 2 1 1 1 0 2 none 1
 " ;;
-  h200-sxm-141g:4) PLANS="
+  h200-sxm-141g:4:base) PLANS="
 llama2-7b 1 1 4 1 2 4 none 1
 llama2-7b 1 1 4 1 3 4 none 1
 llama2-7b 2 1 2 1 2 8 none 1
@@ -45,7 +57,7 @@ llama3-8b 1 1 4 1 2 1 none 1
 llama3-8b 2 1 2 1 2 4 none 1
 llama3-8b 1 1 2 2 2 4 none 1
 " ;;
-  h100-sxm5-80g:4) PLANS="
+  h100-sxm5-80g:4:base) PLANS="
 llama2-7b 1 1 4 1 2 1 none 1
 llama2-7b 1 1 4 1 3 2 none 1
 llama2-7b 2 1 2 1 3 4 none 1
@@ -55,7 +67,7 @@ llama3-8b 1 1 4 1 3 1 none 1
 llama3-8b 2 1 2 1 2 2 none 1
 llama3-8b 1 1 2 2 3 2 none 1
 " ;;
-  *:1) PLANS="
+  *:1:base) PLANS="
 llama2-7b 1 1 1 1 0 1 full 1
 " ;;
   *) echo "no plan list for $CHIP:$N" >&2; exit 2 ;;
