@@ -13,7 +13,8 @@ stays the exact optimum of the cost model (search/solver.py, checked by search/o
    is expected in (cost/bands.py). Among the TIE_POOL fastest rows, the rows whose bands overlap the band of
    the fastest row are a tie group; the rest of the pool is grouped the same way around its own fastest row,
    and so on. Within a group the order is simpler first:
-     fewer parallel dimensions above 1 (tp, pp, cp, ep, vpp, and ZeRO-3 count one each; dp does not),
+     fewer parallel dimensions above 1 (tp, pp, cp, ep, vpp, and ZeRO-3 count one each; dp does not; ZeRO-3 not
+     where the runtime shards by default, torchtitan),
      then no context parallelism (a group where every row uses cp is unaffected),
      then a layout (tp, pp, cp, ep, vpp) a published recipe uses (io/recipes.py),
      then predicted step time, then the search's order.
@@ -26,13 +27,14 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, fields
 
+from baige_plan.specs import runtimes
 from baige_plan.specs.strategy import ATTENTION, RECOMPUTE, StrategySpec
 
 TIE_POOL = 16     # ties are sought among this many fastest distinct rows, whatever --top is
 KNOBS = ("recompute", "zero", "micro_batch", "sequence_parallel", "attention", "moe_a2a_overlap")   # may be equivalent
 ORDER_RULE = ("ties: plans whose step-time bands overlap; shown simpler first: fewer parallel dimensions "
-              "(tp, pp, cp, ep, vpp, zero 3), no cp unless every tie needs it, a published recipe's layout, "
-              "then step time")
+              "(tp, pp, cp, ep, vpp, zero 3 unless the runtime shards by default), no cp unless every tie needs it, "
+              "a published recipe's layout, then step time")
 
 Layout = tuple[int, int, int, int, int]   # (tp, pp, cp, ep, vpp): what a published recipe's layout is matched on
 
@@ -83,8 +85,11 @@ def dedupe(times: Sequence[float], memories: Sequence[float], strategies: Sequen
 
 
 def dimensions(s: StrategySpec) -> int:
-    """Parallel dimensions above 1: tp, pp, cp, ep, vpp, and ZeRO-3, one each (dp is not counted)."""
-    return (s.tp > 1) + (s.pp > 1) + (s.cp > 1) + (s.ep > 1) + (s.vpp > 1) + (s.zero >= 3)
+    """Parallel dimensions above 1: tp, pp, cp, ep, vpp, and ZeRO-3, one each (dp is not counted). ZeRO-3 is not
+    counted for a runtime whose data parallelism is FSDP by default (RuntimeSpec.fsdp_default: torchtitan), where it is
+    the plain setting and ZeRO-2 the variant."""
+    z3 = s.zero >= 3 and not runtimes.get(s.runtime).fsdp_default
+    return (s.tp > 1) + (s.pp > 1) + (s.cp > 1) + (s.ep > 1) + (s.vpp > 1) + z3
 
 
 def layout(s: StrategySpec) -> Layout:

@@ -311,6 +311,8 @@ class RuntimeSpec:
     # default); its router's gating linear runs in moe_router_dtype or the input's 16-bit dtype (router.py
     # router_gating_linear)
     fp8_16bit_gemms: tuple[str, ...] = ("logits", "router")
+    fsdp_default: bool = False         # its data parallelism shards parameters (ZeRO-3) unless told otherwise
+                                       # (torchtitan's dp_shard): ZeRO-3 is no extra dimension of its plans
     notes: tuple[str, ...] = field(default_factory=tuple)   # sources for the semantics above
     extra_refusal: Callable[..., str | None] | None = None   # runtime-specific rules (model, job, strategy)
 

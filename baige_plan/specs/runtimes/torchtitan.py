@@ -209,6 +209,7 @@ RUNTIME = RuntimeSpec(
     title="torchtitan (FSDP2/HSDP, TP+SP, pipelining schedules, CP, EP)",
     package="torchtitan",
     version=VERSION,
+    fsdp_default=True,                  # parallelize.py: data parallelism is dp_shard (FSDP2), reshard after forward
     zero_stages=(0, 2, 3),              # 2: FSDP2 with fsdp_reshard_after_forward "never" (SHARD_GRAD_OP)
     zero_stages_with_pp=(0, 3),
     fsdp_zero2=True,
