@@ -363,23 +363,15 @@ def _mark(doc: dict, ranked, published, m, job: JobSpec) -> None:
 
 
 def _check_a2a_pin(m, runtime: str, ep, pp, vpp, recompute) -> None:
-    """Exit 2 for a --moe-a2a-overlap pin no plan can take (megatron-core's rules, specs/strategy.py), naming why."""
-    from baige_plan.specs.strategy import A2A_OVERLAP_RUNTIMES
+    """Exit 2 for a --moe-a2a-overlap pin no plan can take (specs/strategy.py a2a_overlap_refusal), naming why and
+    the pin that refuses it."""
+    from baige_plan.specs.strategy import a2a_overlap_refusal
 
-    why = None
-    if m.moe is None:
-        why = f"needs an MoE model; {m.name} is dense"
-    elif runtime not in A2A_OVERLAP_RUNTIMES:
-        why = (f"runtime {runtime} does not run megatron-core's EP all-to-all overlap (runtimes that do: "
-               f"{', '.join(A2A_OVERLAP_RUNTIMES)})")
-    elif ep == 1:
-        why = "needs expert parallelism: --ep 1 leaves no all-to-all to overlap"
-    elif recompute == "full":
-        why = "megatron-core refuses it with full recomputation (--recompute full)"
-    elif pp is not None and pp > 1 and vpp == 1:
-        why = f"with --pp {pp} megatron-core needs a virtual pipeline (--vpp 1 pinned)"
+    why = a2a_overlap_refusal(model=m, runtime=runtime, ep=ep, pp=pp, vpp=vpp, recompute=recompute)
     if why:
-        raise SpecError("--moe-a2a-overlap", why)
+        field, reason = why
+        pinned = {"ep": f"--ep {ep}", "recompute": f"--recompute {recompute}", "vpp": f"--pp {pp} --vpp {vpp}"}
+        raise SpecError("--moe-a2a-overlap", reason + (f" ({pinned[field]} pinned)" if field in pinned else ""))
 
 
 def _notes(doc: dict, none_why: str) -> list[str]:

@@ -96,7 +96,7 @@ def ranking_table(plans: list[dict], title: str, idle: list[dict] | None = None,
     # one space between columns (no padding): the table fits 100 columns; ep only when a plan uses it
     t = Table(title=title, title_justify="left", caption=_caption(idle, notes), caption_justify="left",
               box=box.SIMPLE_HEAD, padding=0)
-    ep = any(p["strategy"]["ep"] != 1 or p["strategy"].get("moe_a2a_overlap") for p in plans)
+    ep = any(p["strategy"]["ep"] != 1 for p in plans)   # the EP overlap (+ov) needs ep > 1
     keep = [h != "ep" or ep for h in _STRAT_HEAD]
     for h in ["#", *(h for h, k in zip(_STRAT_HEAD, keep, strict=True) if k), "step time", "band s", "MFU",
               "tokens/s/dev", "peak GiB"]:

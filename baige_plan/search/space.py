@@ -29,7 +29,7 @@ from baige_plan.limits import MAX_CANDIDATES, MAX_DEVICES
 from baige_plan.specs import runtimes
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
-from baige_plan.specs.strategy import A2A_OVERLAP_RUNTIMES, ATTENTION, RECOMPUTE, StrategySpec, chunk_layers
+from baige_plan.specs.strategy import ATTENTION, RECOMPUTE, StrategySpec, a2a_overlap_refusal, chunk_layers
 
 # (tp, pp, dp, cp, ep, etp, zero, micro_batch, vpp, recompute index, sp 0/1, first, last, attention index,
 # account, a2a 0/1) all ints; first/last = 0 means "not set" (even split); account: bit 1 the embedding, bit 2 the
@@ -206,10 +206,9 @@ def _pick(pin, values):
 def a2a_choices(model: ModelSpec, runtime: str, ep: int, pp: int, vpp: int, recompute: str,
                 pin: bool | None = None) -> tuple[int, ...]:
     """The EP all-to-all overlap settings (0 off, 1 on) a candidate may take: on only where megatron-core runs
-    it (StrategySpec's rules: an MoE model, ep > 1, no full recomputation, a virtual pipeline when pp > 1) on a
-    runtime that runs its combined 1F1B (specs/strategy.py A2A_OVERLAP_RUNTIMES); a pin keeps one value."""
-    ok = (model.moe is not None and ep > 1 and runtime in A2A_OVERLAP_RUNTIMES and recompute != "full"
-          and (pp == 1 or vpp > 1))
+    it (specs/strategy.py a2a_overlap_refusal: an MoE model, a runtime with its combined 1F1B, ep > 1, no full
+    recomputation, a virtual pipeline when pp > 1); a pin keeps one value."""
+    ok = a2a_overlap_refusal(model=model, runtime=runtime, ep=ep, pp=pp, vpp=vpp, recompute=recompute) is None
     vals = (0, 1) if ok else (0,)
     return vals if pin is None else tuple(v for v in vals if v == int(pin))
 
@@ -319,24 +318,24 @@ def _probe(c: Cand, base: StrategySpec) -> StrategySpec:
     StrategySpec's field checks on every candidate of a space of millions: `enumerate_space` builds its candidates
     valid by construction (tests/test_search.py: the same set as the oracle's, which checks each strategy), and
     only the candidates it keeps are built with the checks (`to_strategy`). `base`: the runtime's knobs."""
-    tp, pp, dp, cp, ep, etp, zero, mb, vpp, rec, sp, first, last, att, acc, a2a = c
     s = object.__new__(StrategySpec)
     s.__dict__.update(base.__dict__)
-    s.__dict__.update(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, zero=zero, micro_batch=mb, vpp=vpp,
-                      recompute=RECOMPUTE[rec], sequence_parallel=bool(sp), attention=ATTENTION[att],
-                      first_stage_layers=first or None, last_stage_layers=last or None,
-                      account_for_embedding=bool(acc & 1), account_for_loss=bool(acc & 2), moe_a2a_overlap=bool(a2a))
+    s.__dict__.update(_strategy_fields(c))
     return s
+
+
+def _strategy_fields(c: Cand) -> dict:
+    """The StrategySpec fields candidate c sets (the runtime's knobs aside)."""
+    tp, pp, dp, cp, ep, etp, zero, mb, vpp, rec, sp, first, last, att, acc, a2a = c
+    return dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, zero=zero, micro_batch=mb, vpp=vpp,
+                recompute=RECOMPUTE[rec], sequence_parallel=bool(sp), attention=ATTENTION[att],
+                first_stage_layers=first or None, last_stage_layers=last or None,
+                account_for_embedding=bool(acc & 1), account_for_loss=bool(acc & 2), moe_a2a_overlap=bool(a2a))
 
 
 def to_strategy(c: Cand, runtime: str = runtimes.DEFAULT) -> StrategySpec:
     """The candidate as a strategy run (and costed) by `runtime`."""
-    tp, pp, dp, cp, ep, etp, zero, mb, vpp, rec, sp, first, last, att, acc, a2a = c
-    return StrategySpec(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, zero=zero, micro_batch=mb, vpp=vpp,
-                        recompute=RECOMPUTE[rec], sequence_parallel=bool(sp), attention=ATTENTION[att],
-                        first_stage_layers=first or None, last_stage_layers=last or None,
-                        account_for_embedding=bool(acc & 1), account_for_loss=bool(acc & 2),
-                        moe_a2a_overlap=bool(a2a), **runtimes.knobs(runtime))
+    return StrategySpec(**_strategy_fields(c), **runtimes.knobs(runtime))
 
 
 def from_strategy(s: StrategySpec) -> Cand:

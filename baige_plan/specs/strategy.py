@@ -135,10 +135,8 @@ class StrategySpec:
         if self.moe_a2a_overlap:
             # megatron-core TransformerConfig.__post_init__ (overlap_moe_expert_parallel_comm)
             require(self.moe_a2a_overlap is True, "moe_a2a_overlap", f"must be true or false, got {self.moe_a2a_overlap!r}")
-            require(self.ep > 1, "moe_a2a_overlap", f"needs expert parallelism (ep={self.ep})")
-            require(self.recompute != "full", "moe_a2a_overlap", "megatron-core refuses it with full recomputation")
-            require(self.pp == 1 or self.vpp > 1, "moe_a2a_overlap",
-                    f"with pp={self.pp} megatron-core needs a virtual pipeline (vpp={self.vpp})")
+            why = a2a_overlap_refusal(ep=self.ep, pp=self.pp, vpp=self.vpp, recompute=self.recompute)
+            require(why is None, "moe_a2a_overlap", why and why[1])
         if self.cuda_graph_scope:
             bad = [x for x in self.cuda_graph_scope.split(",") if x not in ("attn", "moe_router", "moe_preprocess", "full")]
             require(not bad, "cuda_graph_scope", f"must list attn, moe_router, moe_preprocess or full, got {bad!r}")
@@ -181,6 +179,27 @@ class StrategySpec:
 A2A_OVERLAP_RUNTIMES = ("megatron", "flagscale")
 
 
+def a2a_overlap_refusal(*, model: ModelSpec | None = None, runtime: str | None = None, ep: int | None = None,
+                        pp: int | None = None, vpp: int | None = None, recompute: str | None = None
+                        ) -> tuple[str, str] | None:
+    """(field, reason) megatron-core's EP all-to-all overlap cannot run with these values (TransformerConfig
+    .__post_init__ for overlap_moe_expert_parallel_comm; the combined 1F1B is megatron-core's schedule), None when
+    none refuses it. A value left None is not known yet and refuses nothing: StrategySpec passes its own fields,
+    check_strategy the model and runtime, the search (space.a2a_choices) and `plan`'s pin check what they know."""
+    if model is not None and model.moe is None:
+        return "model", f"needs an MoE model; {model.name} is dense"
+    if runtime is not None and runtime not in A2A_OVERLAP_RUNTIMES:
+        return "runtime", (f"runtime {runtime} does not run megatron-core's EP all-to-all overlap (runtimes that do: "
+                           f"{', '.join(A2A_OVERLAP_RUNTIMES)})")
+    if ep is not None and ep <= 1:
+        return "ep", f"needs expert parallelism (ep={ep})"
+    if recompute == "full":
+        return "recompute", "megatron-core refuses it with full recomputation"
+    if pp is not None and pp > 1 and vpp == 1:
+        return "vpp", f"with pp={pp} megatron-core needs a virtual pipeline (vpp={vpp})"
+    return None
+
+
 def check_strategy(s: StrategySpec, model: ModelSpec, job: JobSpec, devices: int | None = None) -> None:
     """Raise SpecError (field, reason naming the values) when `s` cannot run `model` for `job`."""
     if devices is not None:
@@ -206,9 +225,8 @@ def check_strategy(s: StrategySpec, model: ModelSpec, job: JobSpec, devices: int
         require(model.moe.experts % s.ep == 0, "ep",
                 f"experts={model.moe.experts} is not divisible by ep={s.ep}")
         # combined 1F1B (overlap_moe_expert_parallel_comm) is megatron-core's schedule (pipeline_parallel/combined_1f1b.py)
-        require(not s.moe_a2a_overlap or s.runtime in A2A_OVERLAP_RUNTIMES, "moe_a2a_overlap",
-                f"runtime {s.runtime} does not run megatron-core's EP all-to-all overlap "
-                f"(runtimes that do: {', '.join(A2A_OVERLAP_RUNTIMES)})")
+        why = a2a_overlap_refusal(runtime=s.runtime) if s.moe_a2a_overlap else None
+        require(why is None, "moe_a2a_overlap", why and why[1])
         folded = s.tp * s.cp * s.dp
         require(folded % s.etp == 0, "etp", f"etp={s.etp} does not divide tp·cp·dp = {folded}")
         require((folded // s.etp) % s.ep == 0, "ep",
