@@ -3,6 +3,8 @@
 # that runtime's own parser/config class (tests/integration/check_RUNTIME.py), each runtime installed at
 # pinned versions from the package registry into .venv-it/RUNTIME (CPU only). Prints 'N passed, M failed'.
 # RUNTIMES="megatron deepspeed" limits the set; a runtime whose requirements do not install fails.
+# IT_PRUNE=1 (CI) removes each runtime's venv once its exports are checked: the torch CUDA wheels make
+# megatron's and torchtitan's venvs ~6 GB each, and all five together (~16 GB) once filled a CI disk.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 BP=${BP:-.venv/bin/baige-plan}
@@ -23,17 +25,23 @@ venv_for() {   # venv_for RUNTIME -> path of its python, (re)built when its requ
   if [ ! -x "$dir/bin/python" ] || [ "$(cat "$dir/.stamp" 2>/dev/null)" != "$stamp" ]; then
     rm -rf "$dir"
     "$py" -m venv "$dir" >&2 || return 1
-    "$dir/bin/pip" install -q --upgrade pip >&2 || true
-    DS_BUILD_OPS=0 "$dir/bin/pip" install -q -r "$req" >&2 || return 1
+    "$dir/bin/pip" install -q --no-cache-dir --upgrade pip >&2 || true
+    # no cache: a cached copy of the CUDA wheels would double the disk they take
+    DS_BUILD_OPS=0 "$dir/bin/pip" install -q --no-cache-dir -r "$req" >&2 || { rm -rf "$dir"; return 1; }
     echo "$stamp" > "$dir/.stamp"
   fi
   echo "$dir/bin/python"
 }
 
+prune() { [ "${IT_PRUNE:-0}" = 1 ] && rm -rf ".venv-it/$1"; true; }
+
 for rt in $RUNTIMES; do
   [ -f "tests/integration/check_$rt.py" ] || { echo "FAIL $rt: no tests/integration/check_$rt.py"; fail=$((fail+1)); continue; }
   t0=$(date +%s)
-  if ! py=$(venv_for "$rt"); then echo "FAIL $rt: requirements-$rt.txt did not install"; fail=$((fail+1)); continue; fi
+  if ! py=$(venv_for "$rt"); then
+    echo "FAIL $rt: requirements-$rt.txt did not install ($(df -h . | awk 'NR==2{print $4}') free on disk)"
+    fail=$((fail+1)); continue
+  fi
   echo "== $rt: venv ready in $(( $(date +%s) - t0 )) s" >&2
   dirs=()
   while IFS='|' read -r name args; do
@@ -51,15 +59,16 @@ for rt in $RUNTIMES; do
     fi
     dirs+=("$d")
   done < tests/integration/cases.txt
-  [ ${#dirs[@]} -eq 0 ] && continue
+  [ ${#dirs[@]} -eq 0 ] && { prune "$rt"; continue; }
   t1=$(date +%s)
   out=$("$py" "tests/integration/check_$rt.py" "${dirs[@]}" 2>&1)
   echo "$out" | grep -vE '^[0-9]+ passed, [0-9]+ failed' | sed "s#$WORK/##g"
   p=$(echo "$out" | sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed.*/\1/p' | tail -1)
   f=$(echo "$out" | sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed.*/\2/p' | tail -1)
-  if [ -z "$p" ]; then echo "FAIL $rt: check printed no summary"; fail=$((fail+1)); continue; fi
+  if [ -z "$p" ]; then echo "FAIL $rt: check printed no summary"; fail=$((fail+1)); prune "$rt"; continue; fi
   pass=$((pass+p)); fail=$((fail+f))
   echo "== $rt: checked ${#dirs[@]} exports in $(( $(date +%s) - t1 )) s" >&2
+  prune "$rt"
 done
 echo "integration ($skipped case/runtime pairs the runtime cannot run were skipped):"
 echo "$pass passed, $fail failed"
