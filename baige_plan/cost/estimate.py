@@ -27,6 +27,7 @@ from baige_plan.cost.execution import (
     EAGER_BF16,
     FUSED_LOSS_BYTES_PER_LOGIT,
     MEGATRON_UNFUSED_LOSS_BYTES_PER_LOGIT,
+    TE_XENT_PASSES_PER_LOGIT,
     eager_host_s,
 )
 from baige_plan.cost.flops import (
@@ -578,6 +579,12 @@ def _logits_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, tokens: float
         # writes their 16-bit gradient; it holds the logits and, in the backward, that gradient
         return (t_lf + logits * r.act_bytes / r.hbm_Bps, 2 * t_lf + 2 * logits * r.act_bytes / r.hbm_Bps,
                 logits * 2 * r.act_bytes)
+    if kernel == "te_xent":
+        # Transformer Engine 2.2-2.17 parallel_cross_entropy: the gradient overwrites the 16-bit logits, which are
+        # all it keeps (cost/execution.py TE_XENT_PASSES_PER_LOGIT)
+        f_p, b_p = TE_XENT_PASSES_PER_LOGIT
+        return (t_lf + logits * f_p * r.act_bytes / r.hbm_Bps, 2 * t_lf + logits * b_p * r.act_bytes / r.hbm_Bps,
+                logits * r.act_bytes)
     if s.execution == "eager":
         fwd_b = bwd_b = EAGER.loss_bytes_per_logit / 2
     else:

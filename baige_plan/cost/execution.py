@@ -269,3 +269,11 @@ FUSED_LOSS_BYTES_PER_LOGIT = (8.0, 8.0)
 # softmax division in place (4 + 4); backward: the in-place multiply by the loss gradient (4 + 4) and autograd's
 # cast of the fp32 gradient to the logits' 16-bit dtype (4 + 2).
 MEGATRON_UNFUSED_LOSS_BYTES_PER_LOGIT = (38.0, 14.0)
+# Transformer Engine's parallel_cross_entropy, v2.2 (8ca2caf8a, 2025-02) to v2.17 (Megatron
+# --cross-entropy-fusion-impl te; Megatron-Bridge's performance scripts set it for every model, NeMo 2's from v2.4.0 =
+# 25.07, scripts/performance/helpers.py set_primary_perf_configs), per 16-bit logit byte: forward = online_softmax_kernel
+# reads the logits (1), cross_entropy_kernel reads them again and writes the gradient in place over them (1 + 1);
+# backward = element_mul_kernel scales that gradient in place by the per-token loss gradient (1 + 1). It saves the
+# logits tensor (now the gradient) and nothing else. From v2.18 (01bbe3eea, 2026-07) the gradient is a new fp32
+# tensor instead, as in the native fused loss.
+TE_XENT_PASSES_PER_LOGIT = (3.0, 2.0)

@@ -202,6 +202,8 @@ def megatron_args(doc: dict) -> tuple[list[tuple[str, object]], list[str], list[
         # the jit-fused vocab-parallel loss (native impl), as costed (cost/execution.py FUSED_LOSS_BYTES_PER_LOGIT)
         # and as NeMo / Megatron-Bridge recipes run it; without the flag Megatron runs one op per step
         a.append(("--cross-entropy-loss-fusion", None))
+        if s.get("loss_kernel") == "te_xent":   # Transformer Engine's kernel (cost/execution.py TE_XENT_...)
+            a.append(("--cross-entropy-fusion-impl", "te"))
     if s.get("tp_comm_overlap", rt.tp_comm_overlap) and tp > 1:
         if s.get("sequence_parallel"):
             a.append(("--tp-comm-overlap", None))

@@ -356,6 +356,20 @@ def _recompute_early_stop(par: dict, runtime: str, notes: list[str]) -> str:
     return ""
 
 
+def te_cross_entropy(framework: str) -> bool:
+    """Whether a NVIDIA performance-table run computed its loss with Transformer Engine's parallel_cross_entropy
+    (StrategySpec.loss_kernel "te_xent"), from its framework string: Megatron-Bridge's performance scripts set
+    model.cross_entropy_fusion_impl = "te" (NVIDIA-NeMo/Megatron-Bridge v0.1.0rc3 scripts/performance/configs/
+    {llama3,llama31,qwen3,deepseek}/*.yaml; v0.2.0 utils/helpers.py and v0.3.0-v0.5.0 utils/overrides.py for every
+    model), and NeMo 2's from v2.4.0 = container 25.07 (scripts/performance/helpers.py set_primary_perf_configs; not in
+    v2.3.0 = 25.04). Their containers ship Transformer Engine 2.5-2.16, whose kernel writes the gradient in place."""
+    fw = framework.lower()
+    if "megatron-bridge" in fw:
+        return True
+    m = re.search(r"nemo (\d\d)\.(\d\d)", fw)
+    return m is not None and (int(m.group(1)), int(m.group(2))) >= (25, 7)
+
+
 def _loss_kernel(par: dict, notes: list[str]) -> str:
     """The cross-entropy kernel a row ran (StrategySpec.loss_kernel): `parallel.loss_kernel` when given; LLM Foundry's
     MPT models default to flash-attn's fused cross-entropy (llmfoundry/models/mpt/modeling_mpt.py ComposerMPTCausalLM:
@@ -368,6 +382,10 @@ def _loss_kernel(par: dict, notes: list[str]) -> str:
     if any(k in fw for k in ("llm foundry", "llm-foundry", "llmfoundry")):
         notes.append("loss: flash-attn fused cross-entropy (LLM Foundry MPT default loss_fn fused_crossentropy)")
         return "flash_xent"
+    if te_cross_entropy(fw):
+        notes.append("loss: Transformer Engine parallel_cross_entropy (cross_entropy_fusion_impl 'te', set by "
+                     "Megatron-Bridge's and NeMo >= 25.07's performance scripts)")
+        return "te_xent"
     if "megatron-lm" in fw and not any(k in fw for k in ("core", "nemo", "bridge")):
         # Megatron-LM before Megatron-core had only the unfused vocab-parallel loss
         # (megatron/mpu/cross_entropy.py; the fused one came with megatron-core in 2024)

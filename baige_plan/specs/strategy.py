@@ -92,7 +92,9 @@ class StrategySpec:
                                             # "flash_xent" = flash_attn.losses.cross_entropy (LLM Foundry's MPT
                                             # default loss_fn fused_crossentropy); "megatron_unfused" = Megatron's
                                             # vocab-parallel loss without --cross-entropy-loss-fusion (one op per
-                                            # step): cost/estimate.py _logits_terms
+                                            # step); "te_xent" = Transformer Engine 2.2-2.17 parallel_cross_entropy
+                                            # (Megatron --cross-entropy-fusion-impl te), gradient written in place
+                                            # into the 16-bit logits: cost/estimate.py _logits_terms
 
     def __post_init__(self) -> None:
         for k in ("tp", "pp", "dp", "cp", "ep", "etp", "micro_batch", "vpp"):
@@ -128,8 +130,8 @@ class StrategySpec:
                 f"must be delayed, current or mxfp8, got {self.fp8_recipe!r}")
         require(self.moe_dispatcher in ("", "alltoall", "allgather", "flex"), "moe_dispatcher",
                 f"must be alltoall, allgather or flex, got {self.moe_dispatcher!r}")
-        require(self.loss_kernel in ("", "flash_xent", "megatron_unfused"), "loss_kernel",
-                f"must be flash_xent or megatron_unfused (or empty: the runtime's), got {self.loss_kernel!r}")
+        require(self.loss_kernel in ("", "flash_xent", "megatron_unfused", "te_xent"), "loss_kernel",
+                f"must be flash_xent, megatron_unfused or te_xent (or empty: the runtime's), got {self.loss_kernel!r}")
         require(self.recompute_early_stop in ("", "on", "off"), "recompute_early_stop",
                 f"must be on or off, got {self.recompute_early_stop!r}")
         if self.moe_a2a_overlap:
