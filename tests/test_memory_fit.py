@@ -114,9 +114,12 @@ def test_recipe_defaults_per_release(tmp_path):
     # NeMo 25.11 bf16: precision-aware optimizer with a remainder master: 10 B
     s = _rows(tmp_path, "NeMo (Megatron-Bridge / Megatron-Core), NeMo 25.11", "bf16")
     assert (s.grad_reduce_bf16, s.fp8_param_gather, s.optimizer_bytes_per_param) == (True, False, 10.0)
-    # NeMo 24.12 (v2.1.0 recipes): fp8 primary weights, fp32 grads
+    # NeMo 24.12 fp8 (the v2.2.0 performance scripts' layouts, which set grad_reduce_in_fp32 False for fp8): fp8
+    # primary weights, bf16 grads; bf16 keeps the v2.1.0 recipes' fp32 grads
     s = _rows(tmp_path, "NeMo 24.12 (NeMo 2.0 recipes)", "fp8")
-    assert (s.grad_reduce_bf16, s.fp8_param_gather, s.optimizer_bytes_per_param) == (False, True, 0.0)
+    assert (s.grad_reduce_bf16, s.fp8_param_gather, s.optimizer_bytes_per_param) == (True, True, 0.0)
+    s = _rows(tmp_path, "NeMo 24.12 (NeMo 2.0 recipes)", "bf16")
+    assert (s.grad_reduce_bf16, s.fp8_param_gather, s.optimizer_bytes_per_param) == (False, False, 0.0)
     # NeMo 24.07 launcher (NeMo 1, apex DistributedFusedAdam): bf16 weights + fp8 cache, remainder master 10 B
     s = _rows(tmp_path, "NeMo (Megatron-Core), NeMo 24.07", "fp8")
     assert (s.grad_reduce_bf16, s.fp8_param_gather, s.optimizer_bytes_per_param) == (False, False, 10.0)

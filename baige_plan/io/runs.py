@@ -214,7 +214,11 @@ def _recipe_memory(par: dict, precision: str, runtime: str, zero: int, notes: li
         pretrain_performance_optimizations (e.g. llama3_70b.py, gpt3_175b.py) set plugins.grad_reduce_in_fp32
         False, v2.4.0 scripts/performance/helpers.py set_precision_configs for every dtype; Megatron-Bridge
         scripts/performance/configs/*_llm_pretrain.py set mixed_precision/ddp.grad_reduce_in_fp32 False (v0.2.0).
-        NeMo 24.12 (v2.1.0 recipes) keeps bf16_mixed's True; NeMo 24.07 (NeMo 1 launcher) is per example script.
+        NeMo 24.12, the first NeMo 2.0 table, too: its layouts are the rows of v2.2.0's
+        scripts/llm/performance/recommended_model_configs/model_configs_h100.csv, whose pretrain_*.py all set
+        plugins.grad_reduce_in_fp32 = False for fp8 (the v2.1.0 recipes alone keep bf16_mixed's True; with it,
+        Nemotron-4 340B on 128 H100 would need 89 GiB of the 79 GiB it ran in). NeMo 24.07 (NeMo 1 launcher) is
+        per example script.
       fp8 primary weights (fp8_param_gather) in NeMo 2: v2.0.0/v2.1.0 bf16_with_fp8_mixed sets fp8_params True,
         v2.3.0+ fp8_param_gather True (delayed, current scaling, MXFP8); Megatron-Bridge's
         bf16_with_fp8_delayed_scaling / current_scaling / mxfp8 presets set it (training/mixed_precision.py v0.2.0);
@@ -241,7 +245,8 @@ def _recipe_memory(par: dict, precision: str, runtime: str, zero: int, notes: li
         elif not any(k in prec_text for k in ("block", "subchannel")):
             f8 = True
             notes.append(f"fp8_param_gather unstated: True (NeMo {rel[0]}.{rel[1]:02d} fp8 recipes: fp8 primary weights)")
-    if gr is None and rel is not None and not nemo1 and rel >= (25, 2) and precision in ("bf16", "fp8"):
+    if gr is None and rel is not None and not nemo1 and (rel >= (25, 2) or rel >= (24, 12) and precision == "fp8") \
+            and precision in ("bf16", "fp8"):
         gr = False
         notes.append(f"grad_reduce_in_fp32 unstated: False (NeMo {rel[0]}.{rel[1]:02d} performance recipes)")
     if ob is None and rel is not None and zero in (1, 2) and precision in ("bf16", "fp8") and (
