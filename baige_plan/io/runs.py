@@ -245,8 +245,8 @@ def _recipe_memory(par: dict, precision: str, runtime: str, zero: int, notes: li
         elif not any(k in prec_text for k in ("block", "subchannel")):
             f8 = True
             notes.append(f"fp8_param_gather unstated: True (NeMo {rel[0]}.{rel[1]:02d} fp8 recipes: fp8 primary weights)")
-    if gr is None and rel is not None and not nemo1 and (rel >= (25, 2) or rel >= (24, 12) and precision == "fp8") \
-            and precision in ("bf16", "fp8"):
+    if gr is None and rel is not None and not nemo1 and precision in ("bf16", "fp8") \
+            and rel >= ((24, 12) if precision == "fp8" else (25, 2)):
         gr = False
         notes.append(f"grad_reduce_in_fp32 unstated: False (NeMo {rel[0]}.{rel[1]:02d} performance recipes)")
     if ob is None and rel is not None and zero in (1, 2) and precision in ("bf16", "fp8") and (
@@ -371,8 +371,8 @@ def te_cross_entropy(framework: str) -> bool:
     fw = framework.lower()
     if "megatron-bridge" in fw:
         return True
-    m = re.search(r"nemo (\d\d)\.(\d\d)", fw)
-    return m is not None and (int(m.group(1)), int(m.group(2))) >= (25, 7)
+    rel = _nemo_release({"framework": framework})     # NeMo AutoModel runs its own (PyTorch) loss
+    return rel is not None and rel >= (25, 7) and "automodel" not in fw
 
 
 def _loss_kernel(par: dict, notes: list[str]) -> str:
