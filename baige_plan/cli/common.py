@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from baige_plan.errors import InputError, SpecError
+from baige_plan.specs import runtimes as _runtimes
 from baige_plan.specs.runtimes import NAMES as RUNTIME_NAMES
 
 # the default of --max-memory-frac, one value for every command that takes it (plan, evaluate, whatif): a plan
@@ -48,12 +49,28 @@ class Precision(str, Enum):
     tf32 = "tf32"      # fp32 storage, TF32 tensor-core matmuls (torch.backends.cuda.matmul.allow_tf32=True)
 
 
-Runtime = Enum("Runtime", {n: n for n in RUNTIME_NAMES}, type=str)
+def runtime_option(ctx, param, value):
+    """Callback of --runtime / --framework: the runtime's name (specs/runtimes canonical: a runtime, or a framework
+    name such as nemo, megatron-lm or llm-foundry, said on stderr), or a one-line usage error (exit 2)."""
+    if value is None or ctx.resilient_parsing:
+        return value
+    try:
+        name = _runtimes.canonical(value)
+    except SpecError as e:
+        raise typer.BadParameter(e.reason) from None
+    why = _runtimes.alias_note(value)
+    if why:
+        note(f"--runtime {why}")
+    return name
 
-RuntimeOpt = typer.Option(None, "--runtime", "--framework", metavar="RUNTIME",   # the list is in the help
-                          help="Runtime the plan targets: " + ", ".join(RUNTIME_NAMES) + ". The search keeps to "
-                          "what it runs and the cost follows how it executes (when gradients are reduced, what "
-                          "overlaps). [default: megatron; flagscale on clusters of several chip groups]")
+
+RuntimeOpt = typer.Option(None, "--runtime", "--framework", metavar="RUNTIME", callback=runtime_option,
+                          help="Runtime the plan targets: " + ", ".join(RUNTIME_NAMES) + " (evaluate also costs "
+                          + ", ".join(_runtimes.BACKTEST_ONLY) + "); framework names map to the runtime that "
+                          "executes them (nemo, megatron-lm, megatron-bridge, mindspeed: megatron; megatron-deepspeed, "
+                          "gpt-neox: deepspeed; fsdp, llm-foundry, fms-fsdp: torchtitan; paddleformers: paddle). The "
+                          "search keeps to what it runs and the cost follows how it executes (when gradients are "
+                          "reduced, what overlaps). [default: megatron; flagscale on clusters of several chip groups]")
 
 
 class Execution(str, Enum):

@@ -18,7 +18,6 @@ from baige_plan.cli.common import (
     Fmt,
     Precision,
     Recompute,
-    Runtime,
     RuntimeOpt,
     err,
     fail_input,
@@ -69,7 +68,7 @@ def evaluate(
     execution: Execution = typer.Option(None, "--execution",
                                         help="fused (Megatron/TE kernels) or eager (PyTorch eager + autocast) "
                                         "[default: the runtime's]."),
-    runtime: Runtime = RuntimeOpt,
+    runtime: str | None = RuntimeOpt,
     first_stage_layers: int = typer.Option(None, "--first-stage-layers",
                                            help="Uneven pipeline split: transformer layers of the first stage "
                                            "(Megatron --decoder-first-pipeline-num-layers; a multiple of --vpp) "

@@ -17,7 +17,6 @@ from baige_plan.cli.common import (
     Fmt,
     Precision,
     Recompute,
-    Runtime,
     RuntimeOpt,
     err,
     fail_input,
@@ -72,7 +71,7 @@ def plan(
     price: list[str] = typer.Option(None, "--price", metavar="CHIP=USD", help="USD per device-hour of a chip id "
                                     "or a group name, repeatable; overrides the topology's and the chip file's "
                                     "price [default: the topology's, else the chip file's]."),
-    runtime: Runtime = RuntimeOpt,
+    runtime: str | None = RuntimeOpt,
     tp: int = typer.Option(None, "--tp", help="Pin tensor parallel size [default: searched]."),
     pp: int = typer.Option(None, "--pp", help="Pin pipeline parallel size [default: searched]."),
     dp: int = typer.Option(None, "--dp", help="Pin data parallel size [default: searched]."),

@@ -12,7 +12,10 @@ def resolve_runtime(opt, heterogeneous: bool) -> str:
     """The runtime a plan targets: the one named, else the default (megatron; flagscale on clusters of
     several groups, since Megatron-LM cannot put pipeline stages on different chip types)."""
     if opt is not None:
-        name = opt.value if hasattr(opt, "value") else str(opt)
+        name = runtimes.canonical(opt.value if hasattr(opt, "value") else str(opt))
+        if name in runtimes.BACKTEST_ONLY:
+            raise SpecError("--runtime", f"{name} is costed by evaluate and backtest only (no export to launch a "
+                            "plan with); plan for torchtitan (PyTorch FSDP2) or megatron instead")
         rt = runtimes.get(name)
         if heterogeneous and not rt.heterogeneous:
             heteros = [n for n in runtimes.NAMES if runtimes.get(n).heterogeneous]
@@ -48,7 +51,7 @@ def pick_runtime(s, model, job: JobSpec, opt):
 
     check_strategy(s, model, job)
     if opt is not None:
-        name = opt.value if hasattr(opt, "value") else str(opt)
+        name = runtimes.canonical(opt.value if hasattr(opt, "value") else str(opt))
         why = runtimes.get(name).refusal(s, model, job)
         if why:
             raise SpecError("--runtime", why)

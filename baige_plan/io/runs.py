@@ -549,9 +549,15 @@ def _case(row: dict, rid: str, md: dict, hw: dict, par: dict, notes: list[str], 
         # layers (specs/strategy.py); otherwise an uneven split is DeepSpeed-style balanced
         acc_emb = bool(par.get("account_for_embedding") or par.get("account_for_embedding_in_pipeline_split"))
         acc_loss = bool(par.get("account_for_loss") or par.get("account_for_loss_in_pipeline_split"))
-        rt_name = par.get("runtime") or runtime_of(par.get("framework"), par.get("zero_or_sharding"))
+        runtime = par.get("runtime") or runtime_of(par.get("framework"), par.get("zero_or_sharding"))
+        try:    # a runtime's name or a framework name (nemo, llm-foundry, ...: specs/runtimes ALIASES)
+            runtime = runtimes.canonical(runtime)
+        except SpecError:
+            raise InputError(src, f"rows[{rid}].parallel.runtime",
+                             f"unknown runtime {runtime!r} (one of {', '.join(runtimes.NAMES + runtimes.BACKTEST_ONLY)}"
+                             f", or a framework name: {', '.join(sorted(runtimes.ALIASES))})") from None
         # DeepSpeed partitions uneven layer counts itself (StrategySpec.balanced_partition)
-        balanced = rt_name in runtimes.NAMES + runtimes.BACKTEST_ONLY and runtimes.get(rt_name).balanced_partition
+        balanced = runtimes.get(runtime).balanced_partition
         first, last = (None, None) if acc_emb or acc_loss or balanced else balanced_split(model.layers, pp)
         if first is not None:
             notes.append(f"uneven split: first/last stage {first}/{last} layers (embedding counted as a layer)")
@@ -559,10 +565,6 @@ def _case(row: dict, rid: str, md: dict, hw: dict, par: dict, notes: list[str], 
         # NeMo / Megatron-Bridge performance recipes run TE userbuffer TP-communication overlap
         fw = str(par.get("framework", "")).lower()
         tp_overlap = bool(par.get("tp_comm_overlap", "nemo" in fw or "megatron-bridge" in fw))
-        runtime = par.get("runtime") or runtime_of(par.get("framework"), par.get("zero_or_sharding"))
-        if runtime not in runtimes.NAMES + runtimes.BACKTEST_ONLY:
-            raise InputError(src, f"rows[{rid}].parallel.runtime",
-                             f"unknown runtime {runtime!r} (one of {', '.join(runtimes.NAMES + runtimes.BACKTEST_ONLY)})")
         zero3_impl = runtimes.get(runtime).zero3_impl
         if not par.get("execution"):
             notes.append(f"execution {execution} (framework {par.get('framework')!r})")

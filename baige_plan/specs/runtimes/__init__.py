@@ -23,6 +23,48 @@ BACKTEST_ONLY = ("pytorch", "automodel")   # costs measured runs, never planned:
 DEFAULT = "megatron"
 DEFAULT_HETEROGENEOUS = "flagscale"
 
+# What users and published runs call their stack -> the runtime module that costs it as it executes, and why
+# (`--runtime` / `--framework`, a runs file's `parallel.runtime`). Only stacks that execute as that runtime does
+# are here: MaxText (JAX/XLA), nanotron and Colossal-AI have their own schedules and are not aliased to anything.
+ALIASES: dict[str, tuple[str, str]] = {
+    **dict.fromkeys(("megatron-lm", "megatron-core", "mcore"), ("megatron", "Megatron-LM is Megatron-core")),
+    **dict.fromkeys(("nemo", "nemo2", "nemo-framework", "nemo-megatron"),
+                    ("megatron", "NeMo trains its LLMs through Megatron-core")),
+    **dict.fromkeys(("megatron-bridge", "mbridge"), ("megatron", "Megatron-Bridge runs Megatron-core")),
+    **dict.fromkeys(("mindspeed", "mindspeed-llm"),
+                    ("megatron", "MindSpeed-LLM is Megatron-LM with Ascend kernels (its corpus runs are costed so)")),
+    "megatron-deepspeed": ("deepspeed", "Megatron-DeepSpeed runs DeepSpeed's engine and pipeline"),
+    "gpt-neox": ("deepspeed", "GPT-NeoX runs DeepSpeed's engine and pipeline with Megatron tensor parallelism"),
+    **dict.fromkeys(("fsdp", "fsdp1", "fsdp2", "pytorch-fsdp", "torch-fsdp"),
+                    ("torchtitan", "PyTorch FSDP training loops, as torchtitan runs FSDP")),
+    **dict.fromkeys(("llm-foundry", "llmfoundry", "composer"),
+                    ("torchtitan", "LLM Foundry trains with PyTorch FSDP (Composer)")),
+    "fms-fsdp": ("torchtitan", "IBM fms-fsdp trains with PyTorch FSDP"),
+    **dict.fromkeys(("paddleformers", "paddlenlp", "paddlepaddle"), ("paddle", "PaddleFormers' Trainer")),
+    "nemo-automodel": ("automodel", "NeMo Automodel: PyTorch FSDP2 on bf16 parameters"),
+}
+
+
+def canonical(name: str) -> str:
+    """The runtime that `name` names: a runtime (NAMES, BACKTEST_ONLY) or a framework alias (ALIASES), in any case,
+    '_' read as '-'. SpecError naming both lists otherwise."""
+    key = str(name).strip().lower().replace("_", "-")
+    if key in NAMES + BACKTEST_ONLY:
+        return key
+    if key in ALIASES:
+        return ALIASES[key][0]
+    raise SpecError("runtime", f"unknown runtime {name!r}: runtimes {', '.join(NAMES + BACKTEST_ONLY)}; framework "
+                    f"names {', '.join(sorted(ALIASES))}")
+
+
+def alias_note(name: str) -> str | None:
+    """'NAME: costed as RUNTIME (why)' when `name` is a framework alias, None for a runtime's own name."""
+    key = str(name).strip().lower().replace("_", "-")
+    if key in ALIASES:
+        rt, why = ALIASES[key]
+        return f"{name}: costed as {rt} ({why})"
+    return None
+
 
 @cache
 def module(name: str) -> ModuleType:
