@@ -23,6 +23,11 @@ def params(m: ModelSpec) -> float:
     h = m.hidden
     n = m.vocab * h * (1 if m.tie_embeddings else 2)
     attn = h * m.q_dim + 2 * h * m.kv_dim + m.q_dim * h
+    if m.mla is not None:   # DeepSeek-V2 paper Sec 2.1.2: W^DQ, W^UQ (+ W^QR), W^DKV, W^KR, W^UK, W^UV, W^O
+        a = m.mla
+        qk = a.qk_head_dim + a.qk_rope_head_dim
+        attn = (h * a.q_lora_rank + a.q_lora_rank * m.heads * qk + h * (a.kv_lora_rank + a.qk_rope_head_dim)
+                + a.kv_lora_rank * m.heads * (a.qk_head_dim + a.v_head_dim) + m.heads * a.v_head_dim * h)
     dense_mlp = (3 if m.activation == "swiglu" else 2) * h * m.ffn_hidden
     for i in range(m.layers):
         n += attn
@@ -223,7 +228,7 @@ def test_hf_sparse_step_and_dense_prefix(tmp_path):
 
 @pytest.mark.parametrize("cfg, field", [
     (_llama(model_type="t5"), "model_type"),
-    (_llama(model_type="deepseek_v3"), "model_type"),
+    (_llama(model_type="deepseek_v3"), "kv_lora_rank"),   # a DeepSeek config without its MLA keys
     ({k: v for k, v in _llama().items() if k != "model_type"}, "model_type"),
     ({k: v for k, v in _llama().items() if k != "num_hidden_layers"}, "num_hidden_layers"),
     ({k: v for k, v in _llama().items() if k != "intermediate_size"}, "intermediate_size"),

@@ -69,7 +69,7 @@ from baige_plan.cost.moe import (
     moe_layer_terms,
 )
 from baige_plan.cost.offload import activation_offload
-from baige_plan.cost.params import layer_params_split
+from baige_plan.cost.params import attention_duplicated_params, layer_params_split
 from baige_plan.cost.recompute import early_stop_skip_s, recompute_early_stop
 from baige_plan.errors import SpecError
 from baige_plan.specs import runtimes
@@ -226,7 +226,8 @@ def _gemm_set(model: ModelSpec, s: StrategySpec, seq_len: int, moe_layer: bool) 
     tokens = s.micro_batch * seq_len / s.cp
     # the local experts as the runtime launches them (cost/moe.py expert_gemm_kind): TE GroupedLinear's
     # multi-stream cuBLAS (Megatron --moe-grouped-gemm), torch._grouped_mm (torchtitan), eager loops
-    lin = linear_gemms(model, tokens, s.tp, moe_layer, s.ep, s.etp, grouped=expert_gemm_kind(s))
+    lin = linear_gemms(model, tokens, s.tp, moe_layer, s.ep, s.etp, grouped=expert_gemm_kind(s),
+                       sp=bool(s.sequence_parallel) and s.tp > 1)
     att = attention_gemms(model, s.micro_batch, seq_len, s.tp, s.cp, standard=s.attention == "standard")
     if s.attention == "flash":
         att = [Gemm(g.name, g.m, g.n, g.k, g.count, "attention_flash") for g in att]
@@ -379,7 +380,7 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
         step_f = sum(gemm_time_s(g, r) for g in att_step)
         step_b = sum(gemm_time_s(g, r, passes=2, bwd=True) for g in att_step)
         comm = s.cp_comm or runtimes.get(s.runtime).cp_comm
-        cpa = cp_attention(s.cp, comm, step_f, step_b, s.micro_batch * seq / s.cp * model.heads * model.head_dim
+        cpa = cp_attention(s.cp, comm, step_f, step_b, s.micro_batch * seq / s.cp * model.o_dim
                            / s.tp, kv_blk, act_bytes, r.hbm_Bps, cp_link)
         t_cp_f, t_cp_b = cpa.exposed_fwd_s, cpa.exposed_bwd_s
         if not timed:
@@ -446,7 +447,8 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
             comp += rc
         hw_flops += 3 * layer_hw
     d, e = layer_params_split(model, moe)
-    dense_p += d / s.tp
+    dup = attention_duplicated_params(model)    # MLA's down projections: a full copy on every TP rank
+    dense_p += (d - dup) / s.tp + dup
     if e:
         expert_p += e / (s.ep * s.etp)
     # what "selective" stores is the runtime's (Megatron core-attention recompute, torchtitan op-level SAC)
@@ -766,6 +768,28 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
         extra_act += lg_act
         src_c.add(label if out is not None and out.has_times else ANALYTICAL)
         src_a.add(label if out is not None and out.activation_bytes is not None else ANALYTICAL)
+        if model.mtp_layers:
+            # multi-token prediction (Megatron-core MultiTokenPredictionBlock, in the last stage's post-process):
+            # per depth one more layer of the last layer's kind, fed by a 2h -> h projection of [norm(h);
+            # norm(embedding)], and one more output layer and loss (analytical, without the MoE host terms
+            # above); with pipelining this stage also holds the shared input embedding
+            k = model.mtp_layers
+            lt = ctx.layer_terms(model, s, seq, tokens, sp, std, model.is_moe_layer(model.layers - 1), None)
+            eh = gemm_time_s(Gemm("mtp_eh_proj", tokens, model.hidden / s.tp, 2 * model.hidden), r)
+            fwd += k * (lt["fwd"] + eh + lg_f)
+            bwd += k * (lt["bwd"] + lt["rec"] + 2 * eh + lg_b)
+            comp += k * (lt["comp"] + 3 * eh + lg_f + lg_b)
+            tp_t += k * lt["tp"]
+            ep_t += k * lt["ep"]
+            cp_t += k * lt["cp"]
+            hw_flops += k * (lt["hw"] + 3 * 2.0 * tokens * model.hidden / s.tp * 2 * model.hidden
+                             + 3 * logits_gemm(model, tokens, s.tp).flops)
+            dense_p += k * (lt["dense_p"] + 2 * model.hidden * model.hidden / s.tp)
+            expert_p += k * lt["expert_p"]
+            act += k * lt["act"]
+            extra_act += k * lg_act
+            if s.pp > 1:
+                emb_p += model.vocab * model.hidden / s.tp
     dense_p += emb_p
     rt_exec = ctx.rt
     if rt_exec.grad_accum is not None:

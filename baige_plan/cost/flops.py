@@ -34,17 +34,32 @@ def megatron_model_flops(model: ModelSpec, batch: int, seq_len: int) -> float:
     """
     h, s = model.hidden, seq_len
     q, kv = model.q_dim, model.kv_dim
-    attn = 6 * (h * (q + 2 * kv) + q * s + q * h)
+    if model.mla is not None:
+        # the `multi_latent_attention` branch: q (lora) + kv lora + rotary key + output projection, and the
+        # causal core with query/key head width qk + rope and value head width v
+        a, heads = model.mla, model.heads
+        qk = a.qk_head_dim + a.qk_rope_head_dim
+        q_term = h * heads * qk if a.q_lora_rank is None else a.q_lora_rank * (h + heads * qk + 1)
+        attn = 6 * (q_term + a.kv_lora_rank * (h + heads * (a.qk_head_dim + a.v_head_dim) + 1)
+                    + h * a.qk_rope_head_dim + heads * a.v_head_dim * h)
+        attn += 6 * (heads * qk / 2 + heads * a.v_head_dim / 2) * s
+    else:
+        attn = 6 * (h * (q + 2 * kv) + q * s + q * h)
     f = _ffn_factor(model)
-    n_moe = model.moe_layer_count
-    n_dense = model.layers - n_moe
+    # multi-token prediction: `mtp_num_layers` more layers of the last layer's kind, their norms and 2h -> h
+    # projection, and one more output layer each
+    mtp = model.mtp_layers
+    last_moe = model.is_moe_layer(model.layers - 1)
+    n_moe = model.moe_layer_count + (mtp if last_moe else 0)
+    n_dense = model.layers + mtp - n_moe
     mlp = n_dense * 6 * model.ffn_hidden * f * h
     if model.moe is not None:
         routed = model.moe.expert_ffn_hidden * model.moe.top_k
         shared = model.moe.expert_ffn_hidden * model.moe.shared_experts
         mlp += n_moe * 6 * (routed + shared) * f * h
-    logits = 6 * h * model.vocab
-    return float(batch) * s * (model.layers * attn + mlp + logits)
+    mtp_proj = 6 * mtp * (3 * h + 2 * h * h)
+    logits = 6 * h * model.vocab * (1 + mtp)
+    return float(batch) * s * ((model.layers + mtp) * attn + mlp + mtp_proj + logits)
 
 
 def narayanan_eq3_flops(batch: int, seq_len: int, layers: int, hidden: int, vocab: int) -> float:
@@ -97,7 +112,7 @@ def attention_gemms(model: ModelSpec, micro_batch: int, seq_len: int, tp: int, c
     keys = seq_len if standard else seq_len / 2.0
     n = micro_batch * heads
     return [Gemm("attn_qk", sq, keys, model.head_dim, n, "attention"),
-            Gemm("attn_pv", sq, model.head_dim, keys, n, "attention")]
+            Gemm("attn_pv", sq, model.v_head_dim, keys, n, "attention")]
 
 
 def tokens_per_expert(model: ModelSpec, tokens: float, tp: int, ep: int = 1, etp: int = 1) -> float:
@@ -144,7 +159,7 @@ def expert_load_factor(router: str, mean_tokens: float, experts_per_rank: int, r
 
 
 def linear_gemms(model: ModelSpec, tokens: float, tp: int, moe: bool, ep: int = 1, etp: int = 1,
-                 grouped: bool | str = False) -> list[Gemm]:
+                 grouped: bool | str = False, sp: bool = True) -> list[Gemm]:
     """Weight GEMMs of one layer's forward on one device, Megatron column/row-parallel split.
 
     tokens = micro_batch * seq_len / cp on this device (before SP gathering).
@@ -152,10 +167,22 @@ def linear_gemms(model: ModelSpec, tokens: float, tp: int, moe: bool, ep: int = 
     torchtitan; kind "expert_grouped"), False = one GEMM per expert (SequentialMLP loop, eager PyTorch;
     kind "linear"), or the kind itself ("expert_streams": Transformer Engine GroupedLinear, one cuBLAS GEMM
     per expert over 4 streams, what Megatron `--moe-grouped-gemm` runs; cost/moe.py expert_gemm_kind).
-    Either way each expert's GEMM has M = tokens_per_expert(...)."""
+    Either way each expert's GEMM has M = tokens_per_expert(...).
+    Multi-head latent attention (ModelSpec.mla): the down projections are not split over TP and run on this
+    rank's sequence-parallel shard (tokens / tp; every token without SP), the up and output projections as
+    column / row parallel (Megatron-core MLASelfAttention)."""
     h = model.hidden
-    out = [Gemm("qkv", tokens, (model.q_dim + 2 * model.kv_dim) / tp, h),
-           Gemm("attn_proj", tokens, h, model.q_dim / tp)]
+    if model.mla is not None:
+        a = model.mla
+        down = tokens / tp if sp else tokens
+        out = [Gemm("q_down", down, a.q_lora_rank, h), Gemm("q_up", tokens, model.q_dim / tp, a.q_lora_rank)] \
+            if a.q_lora_rank is not None else [Gemm("q", tokens, model.q_dim / tp, h)]
+        out += [Gemm("kv_down", down, a.kv_lora_rank + a.qk_rope_head_dim, h),
+                Gemm("kv_up", tokens, model.heads * (a.qk_head_dim + a.v_head_dim) / tp, a.kv_lora_rank),
+                Gemm("attn_proj", tokens, h, model.o_dim / tp)]
+    else:
+        out = [Gemm("qkv", tokens, (model.q_dim + 2 * model.kv_dim) / tp, h),
+               Gemm("attn_proj", tokens, h, model.q_dim / tp)]
     up = 2 if model.activation == "swiglu" else 1
     if not moe:
         out += [Gemm("mlp_up", tokens, up * model.ffn_hidden / tp, h),

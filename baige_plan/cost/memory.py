@@ -224,13 +224,18 @@ def layer_activation_bytes(model: ModelSpec, seq_len: int, micro_batch: int, tp:
     ab = act_bytes / 2.0   # scale 16-bit terms for fp32 activations
     if recompute == "full":
         return tokens * 2 * h * ab / sh
-    attn = (2 * h + 2 * h) / sh * ab + (2 * model.q_dim + 4 * model.kv_dim) / t * ab + 2 * model.q_dim / t * ab
+    attn = (2 * h + 2 * h) / sh * ab + (2 * model.q_dim + 4 * model.kv_dim) / t * ab + 2 * model.o_dim / t * ab
     attn += drop * h / sh
+    if model.mla is not None:
+        # the latents: each down projection's output (its norm's input) and the norm's output (the up projection's
+        # input), on the sequence-parallel shard
+        ml = model.mla
+        attn += 2 * (2 * (ml.q_lora_rank or 0) + 2 * ml.kv_lora_rank + ml.qk_rope_head_dim) / sh * ab
     if standard_attention:
         if recompute != "selective":
             attn += (2 + 2 * drop) * a * seq_len / t * ab + drop * a * seq_len / t
     else:
-        attn += 2 * model.q_dim / t * ab + 4 * a / t
+        attn += 2 * model.o_dim / t * ab + 4 * a / t
     if moe and model.moe is not None:
         e = model.moe
         f_tok = e.expert_ffn_hidden * (e.top_k + e.shared_experts) / t
@@ -241,7 +246,7 @@ def layer_activation_bytes(model: ModelSpec, seq_len: int, micro_batch: int, tp:
     if moe and model.moe is not None:
         mlp += 2 * h * model.moe.top_k / t * ab   # permuted token copies held for the combine
     if fp8_gemm_inputs:
-        mlp -= h / sh + model.q_dim / t + h / sh + f_tok   # 1 B of the 2 of each saved GEMM input
+        mlp -= h / sh + model.o_dim / t + h / sh + f_tok   # 1 B of the 2 of each saved GEMM input
     return tokens * (attn + mlp)
 
 

@@ -6,8 +6,24 @@ from baige_plan.specs.model import ModelSpec
 
 
 def attention_params(m: ModelSpec) -> int:
-    """QKV (h x (q + 2kv)) + output projection (q x h) + 2 norms (2h each, weight and bias)."""
+    """QKV (h x (q + 2kv)) + output projection (q x h) + 2 norms (2h each, weight and bias). Multi-head latent
+    attention: its down projections and latent norms (attention_duplicated_params), the q and kv up projections
+    and the output projection (heads x v_head_dim x h)."""
+    if m.mla is not None:
+        a = m.mla
+        up = (a.q_lora_rank or m.hidden) * m.q_dim + a.kv_lora_rank * m.heads * (a.qk_head_dim + a.v_head_dim)
+        return attention_duplicated_params(m) + up + m.o_dim * m.hidden + 4 * m.hidden
     return m.hidden * (m.q_dim + 2 * m.kv_dim) + m.q_dim * m.hidden + 4 * m.hidden
+
+
+def attention_duplicated_params(m: ModelSpec) -> int:
+    """Attention parameters every tensor-parallel rank holds whole: MLA's down projections and the norms of their
+    outputs (Megatron-core builds them as TELinear parallel_mode 'duplicated'); none otherwise."""
+    if m.mla is None:
+        return 0
+    a = m.mla
+    q = a.q_lora_rank * m.hidden + a.q_lora_rank if a.q_lora_rank is not None else 0
+    return q + m.hidden * (a.kv_lora_rank + a.qk_rope_head_dim) + a.kv_lora_rank
 
 
 def dense_mlp_params(m: ModelSpec, ffn: int | None = None) -> int:

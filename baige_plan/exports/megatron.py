@@ -122,8 +122,18 @@ def megatron_args(doc: dict) -> tuple[list[tuple[str, object]], list[str], list[
         ("--num-attention-heads", heads)]
     if kv != heads:
         a += [("--group-query-attention", None), ("--num-query-groups", kv)]
-    if head_dim * heads != hidden:
+    mla = model.get("mla")
+    if mla:
+        # Megatron-core MLASelfAttention (megatron/training/arguments.py, core 0.19)
+        a += [("--multi-latent-attention", None), ("--kv-lora-rank", mla["kv_lora_rank"]),
+              ("--qk-head-dim", mla["qk_head_dim"]), ("--qk-pos-emb-head-dim", mla["qk_rope_head_dim"]),
+              ("--v-head-dim", mla["v_head_dim"])]
+        if mla.get("q_lora_rank"):
+            a.append(("--q-lora-rank", mla["q_lora_rank"]))
+    elif head_dim * heads != hidden:
         a.append(("--kv-channels", head_dim))
+    if model.get("mtp_layers"):
+        a.append(("--mtp-num-layers", model["mtp_layers"]))
     a += [("--seq-length", seq), ("--max-position-embeddings", max(seq, model.get("seq_len") or seq))]
     # position, rotary base/scaling, norm and epsilon, qk-norm, biases as the model records them (exports/_build.py)
     build, build_caveats, build_note = megatron_model_args(model)

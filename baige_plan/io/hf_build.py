@@ -13,6 +13,8 @@ model type's transformers modeling code fixes whatever the config says:
   gpt2                 learned   layernorm  false    true             true
   opt                  learned   layernorm  false    enable_bias      enable_bias
   bloom                alibi     layernorm  false    true             true
+  deepseek_v2/v3,      rope      rmsnorm    false    attention_bias   attention_bias (MLP bias=False: a true
+  kimi_k2                                                              attention_bias is refused)
 
 attention_bias defaults: false for llama/qwen3 (LlamaConfig, Qwen3Config), true for gpt_neox
 (GPTNeoXConfig); enable_bias defaults true (OPTConfig). Router (MoE): mixtral renormalises its top-k softmax
@@ -29,7 +31,8 @@ from typing import Any
 from baige_plan.errors import InputError, SpecError
 from baige_plan.specs.model import RopeScalingSpec
 
-_ROPE_TYPES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gpt_neox")
+_ROPE_TYPES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gpt_neox",
+               "deepseek_v2", "deepseek_v3", "kimi_k2")
 _POSITION = {**{t: "rope" for t in _ROPE_TYPES}, "gpt2": "learned", "opt": "learned", "bloom": "alibi"}
 _LAYERNORM = ("gpt2", "opt", "bloom", "gpt_neox")
 _QK_NORM = ("qwen3", "qwen3_moe")

@@ -1,8 +1,8 @@
 """Hugging Face `config.json` -> ModelSpec, mapped key by key for the model types we know.
 
 Supported `model_type`s: llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gpt2,
-gpt_neox, opt, bloom. Anything else (including deepseek_v2/v3, whose multi-head latent
-attention a ModelSpec cannot represent) is an InputError naming `model_type`.
+gpt_neox, opt, bloom, and with multi-head latent attention deepseek_v2, deepseek_v3, kimi_k2.
+Anything else is an InputError naming `model_type`.
 
 Key mapping (first key present wins):
 
@@ -28,6 +28,14 @@ Key mapping (first key present wins):
                           decoder_sparse_step: transformers makes layer i MoE when
                           (i + 1) % step == 0 and i is not in mlp_only_layers, which is exactly
                           ModelSpec's rule with first_dense_layers = the first such i.
+  deepseek_v2/v3, kimi_k2 (modeling_deepseek_v3: layer i is MoE when i >= first_k_dense_replace and
+                          i % moe_layer_freq == 0):
+                 moe.experts n_routed_experts, moe.top_k num_experts_per_tok, moe.expert_ffn_hidden
+                 moe_intermediate_size, moe.shared_experts n_shared_experts, moe.first_dense_layers
+                 first_k_dense_replace, moe.layer_freq moe_layer_freq (1 only: other values put MoE layers
+                 where ModelSpec's rule does not); mla.* q_lora_rank (null: one q projection),
+                 kv_lora_rank, qk_nope_head_dim (mla.qk_head_dim), qk_rope_head_dim, v_head_dim;
+                 mtp_layers num_nextn_predict_layers (default 0); kv_heads = heads.
 
 Approximations (the estimate is a planning model, not a parameter-exact replica):
 
@@ -61,17 +69,17 @@ from typing import Any
 from baige_plan.errors import InputError, SpecError
 from baige_plan.io.hf_build import build_fields, moe_build_fields
 from baige_plan.io.yamlio import kind_of, read_json
-from baige_plan.specs.model import ModelSpec, MoESpec
+from baige_plan.specs.model import MLASpec, ModelSpec, MoESpec
 
-SUPPORTED = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
-             "gpt2", "gpt_neox", "opt", "bloom")
 _MLA_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2")
-_GATED = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe")
+SUPPORTED = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
+             "gpt2", "gpt_neox", "opt", "bloom", *_MLA_TYPES)
+_GATED = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", *_MLA_TYPES)
 _MOE = ("mixtral", "qwen2_moe", "qwen3_moe")
 # transformers' default for tie_word_embeddings when the config leaves it out
 _TIE_DEFAULT = {"llama": False, "mistral": False, "mixtral": False, "qwen2": False, "qwen2_moe": False,
                 "qwen3": False, "qwen3_moe": False, "gpt2": True, "gpt_neox": False, "opt": True,
-                "bloom": True}
+                "bloom": True, **dict.fromkeys(_MLA_TYPES, False)}
 SEQ_LEN_CAP = 32768
 SEQ_LEN_FALLBACK = 8192
 SEQ_LEN_DEFAULT = 2048
@@ -173,7 +181,47 @@ def _first_dense(r: _Reader, layers: int) -> int:
     return len(idx)
 
 
+def _mla_moe(r: _Reader, model_type: str, layers: int) -> MoESpec | None:
+    """DeepSeek-style MoE (module docstring); None when the config has no routed experts."""
+    experts = r.int_("n_routed_experts", default=None)
+    if experts is None:
+        return None
+    freq = r.int_("moe_layer_freq", default=1)
+    if freq != 1:
+        raise InputError(r.src, "moe_layer_freq", f"{freq}: MoE layers where i % {freq} == 0 after the dense prefix "
+                         "do not follow ModelSpec's layer rule; only 1 is supported")
+    try:
+        return MoESpec(experts=experts, top_k=r.int_("num_experts_per_tok"),
+                       expert_ffn_hidden=r.int_("moe_intermediate_size"),
+                       shared_experts=_count(r, "n_shared_experts"), layer_freq=1,
+                       first_dense_layers=_count(r, "first_k_dense_replace"),
+                       **moe_build_fields(r.cfg, r.src, model_type, False))
+    except SpecError as e:
+        raise InputError(r.src, e.field, e.reason) from None
+
+
+def _count(r: _Reader, key: str) -> int:
+    """An integer >= 0 the config may leave out or set null (0 then)."""
+    v = r.cfg.get(key)
+    if v is None or v == 0 and not isinstance(v, bool):
+        return 0
+    return r.int_(key)
+
+
+def _mla(r: _Reader) -> MLASpec:
+    q = r.cfg.get("q_lora_rank")
+    try:
+        return MLASpec(kv_lora_rank=r.int_("kv_lora_rank"), qk_head_dim=r.int_("qk_nope_head_dim"),
+                       qk_rope_head_dim=r.int_("qk_rope_head_dim"), v_head_dim=r.int_("v_head_dim"),
+                       q_lora_rank=None if q is None else r.int_("q_lora_rank"))
+    except SpecError as e:
+        raise InputError(r.src, e.field.replace("mla.qk_head_dim", "qk_nope_head_dim").replace("mla.", ""),
+                         e.reason) from None
+
+
 def _moe(r: _Reader, model_type: str, layers: int) -> MoESpec | None:
+    if model_type in _MLA_TYPES:
+        return _mla_moe(r, model_type, layers)
     if model_type not in _MOE:
         return None
     experts = r.int_("num_local_experts", "num_experts")
@@ -207,9 +255,6 @@ def hf_config_to_model(cfg: Any, src: str, name: str | None = None) -> ModelSpec
         raise InputError(src, "", f"expected a JSON object, got {kind_of(cfg)}")
     r = _Reader(cfg, src)
     model_type = r.str_("model_type")
-    if model_type in _MLA_TYPES:
-        raise InputError(src, "model_type", f"{model_type!r} uses multi-head latent attention (MLA), which "
-                         "baige-plan's model spec cannot represent; write a model YAML by hand")
     if model_type not in SUPPORTED:
         raise InputError(src, "model_type", f"unsupported model_type {model_type!r} (supported: {', '.join(SUPPORTED)})")
 
@@ -218,6 +263,11 @@ def hf_config_to_model(cfg: Any, src: str, name: str | None = None) -> ModelSpec
     heads = r.int_("num_attention_heads", "n_head")
     kv_heads = r.int_("num_key_value_heads", default=None)
     head_dim = r.int_("head_dim", default=None)
+    mla, mtp = None, 0
+    if model_type in _MLA_TYPES:
+        # no key/value groups, and head_dim is the query/key head width (qk_nope + qk_rope) the spec derives
+        mla, kv_heads, head_dim = _mla(r), heads, None
+        mtp = _count(r, "num_nextn_predict_layers")
     if model_type in ("gpt2", "bloom"):
         ffn = r.int_("n_inner", "intermediate_size", default=4 * hidden)
     elif model_type == "opt":
@@ -240,7 +290,8 @@ def hf_config_to_model(cfg: Any, src: str, name: str | None = None) -> ModelSpec
     try:
         m = ModelSpec(name=name or model_type, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
                       head_dim=head_dim, ffn_hidden=ffn, vocab=vocab, seq_len=seq_len,
-                      activation=activation, tie_embeddings=tie, dropout=_dropout(r), moe=moe,
+                      activation=activation, tie_embeddings=tie, dropout=_dropout(r), moe=moe, mla=mla,
+                      mtp_layers=mtp,
                       source=f"Hugging Face config.json ({model_type}): {src}",
                       **build_fields(cfg, src, model_type))
     except SpecError as e:

@@ -7,18 +7,20 @@ from typing import Any
 
 from baige_plan.errors import InputError, SpecError
 from baige_plan.io.yamlio import check_keys, expect_schema, read_document
-from baige_plan.specs.model import BUILD_FIELDS, ModelSpec, MoESpec, RopeScalingSpec
+from baige_plan.specs.model import BUILD_FIELDS, MLASpec, ModelSpec, MoESpec, RopeScalingSpec
 
 SCHEMA = "baige-plan/model/v1"
 _REQUIRED = {"schema", "name", "layers", "hidden", "heads", "ffn_hidden", "vocab"}
 _OPTIONAL = {"seq_len", "kv_heads", "head_dim", "activation", "tie_embeddings", "dropout", "moe", "source", "notes",
-             "params_b", *BUILD_FIELDS}
+             "params_b", "mla", "mtp_layers", *BUILD_FIELDS}
 _MOE_REQUIRED = {"experts", "top_k", "expert_ffn_hidden"}
 _MOE_OPTIONAL = {"shared_experts", "layer_freq", "first_dense_layers", "norm_topk_prob", "shared_expert_gate"}
 _MOE_BUILD = ("norm_topk_prob", "shared_expert_gate")   # written only when set (plan files stay unchanged)
+_MLA_REQUIRED = {"kv_lora_rank", "qk_head_dim", "qk_rope_head_dim", "v_head_dim"}
+_MLA_OPTIONAL = {"q_lora_rank"}
 _ROPE_REQUIRED = {"rope_type", "factor"}
 _ROPE_OPTIONAL = {"low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}
-_INT_FIELDS = ("layers", "hidden", "heads", "ffn_hidden", "vocab", "seq_len", "kv_heads", "head_dim")
+_INT_FIELDS = ("layers", "hidden", "heads", "ffn_hidden", "vocab", "seq_len", "kv_heads", "head_dim", "mtp_layers")
 
 
 def _int(d: dict, key: str, src: str, path: str) -> None:
@@ -46,6 +48,15 @@ def model_from_dict(d: Any, src: str, *, check_schema: bool = True) -> ModelSpec
             moe = MoESpec(**m)
         except SpecError as e:
             raise InputError(src, e.field, e.reason) from None
+    mla = None
+    if d.get("mla") is not None:
+        a = check_keys(d["mla"], src, "mla", _MLA_REQUIRED, _MLA_OPTIONAL)
+        for k in a:
+            _int(a, k, src, "mla.")
+        try:
+            mla = MLASpec(**a)
+        except SpecError as e:
+            raise InputError(src, e.field, e.reason) from None
     rope_scaling = None
     if d.get("rope_scaling") is not None:
         r = check_keys(d["rope_scaling"], src, "rope_scaling", _ROPE_REQUIRED, _ROPE_OPTIONAL)
@@ -53,11 +64,11 @@ def model_from_dict(d: Any, src: str, *, check_schema: bool = True) -> ModelSpec
             rope_scaling = RopeScalingSpec(**r)
         except SpecError as e:
             raise InputError(src, e.field, e.reason) from None
-    kw = {k: v for k, v in d.items() if k not in ("schema", "moe", "notes", "params_b", "rope_scaling")}
+    kw = {k: v for k, v in d.items() if k not in ("schema", "moe", "mla", "notes", "params_b", "rope_scaling")}
     if "source" in kw and not isinstance(kw["source"], str):
         raise InputError(src, "source", "must be a string (citation)")
     try:
-        return ModelSpec(moe=moe, rope_scaling=rope_scaling, **kw)
+        return ModelSpec(moe=moe, mla=mla, rope_scaling=rope_scaling, **kw)
     except SpecError as e:
         raise InputError(src, e.field, e.reason) from None
     except TypeError as e:
@@ -75,6 +86,11 @@ def model_to_dict(m: ModelSpec) -> dict:
                     "shared_experts": m.moe.shared_experts, "layer_freq": m.moe.layer_freq,
                     "first_dense_layers": m.moe.first_dense_layers}
         d["moe"].update({k: getattr(m.moe, k) for k in _MOE_BUILD if getattr(m.moe, k) is not None})
+    if m.mla is not None:   # written only when set: plan files of other models are unchanged
+        d["mla"] = {k: getattr(m.mla, k) for k in ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_rope_head_dim",
+                                                   "v_head_dim") if getattr(m.mla, k) is not None}
+    if m.mtp_layers:
+        d["mtp_layers"] = m.mtp_layers
     if m.source:
         d["source"] = m.source
     d.update(build_dict(m))

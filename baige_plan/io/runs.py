@@ -25,7 +25,7 @@ from baige_plan.io.yamlio import check_keys, is_regular_file, kind_of, read_docu
 from baige_plan.limits import MAX_DEVICES, MAX_RUN_ROWS
 from baige_plan.specs import runtimes
 from baige_plan.specs.job import JobSpec
-from baige_plan.specs.model import ModelSpec, MoESpec
+from baige_plan.specs.model import MLASpec, ModelSpec, MoESpec
 from baige_plan.specs.strategy import StrategySpec, check_strategy
 from baige_plan.specs.topology import ClusterSpec, GroupSpec
 
@@ -494,6 +494,22 @@ def case_from_row(row: dict, catalog: Catalog, src: str, index: int | None = Non
         raise InputError(src, f"rows[{rid}]", str(e).splitlines()[0][:300] if str(e) else type(e).__name__) from None
 
 
+_MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_rope_head_dim", "v_head_dim")
+
+
+def _mla(md: dict, src: str, rid: str) -> MLASpec | None:
+    """A run's multi-head latent attention: `model.mla` (the model file's keys), or the Hugging Face config's keys
+    on the model itself (kv_lora_rank, q_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim)."""
+    if md.get("mla") is not None:
+        a = check_keys(md["mla"], src, f"rows[{rid}].model.mla", set(_MLA_KEYS) - {"q_lora_rank"}, {"q_lora_rank"})
+        return MLASpec(**a)
+    if md.get("kv_lora_rank") is None:
+        return None
+    return MLASpec(kv_lora_rank=md["kv_lora_rank"], qk_head_dim=md.get("qk_nope_head_dim", md.get("qk_head_dim")),
+                   qk_rope_head_dim=md.get("qk_rope_head_dim"), v_head_dim=md.get("v_head_dim"),
+                   q_lora_rank=md.get("q_lora_rank"))
+
+
 def _case(row: dict, rid: str, md: dict, hw: dict, par: dict, notes: list[str], catalog: Catalog,
           src: str) -> RunCase:
     year = _year(row)
@@ -514,7 +530,8 @@ def _case(row: dict, rid: str, md: dict, hw: dict, par: dict, notes: list[str], 
                           vocab=md["vocab"], seq_len=md.get("seq_len", 2048),
                           activation=md.get("activation") or ("gelu" if year and year <= 2022 else "swiglu"),
                           tie_embeddings=bool(md.get("tie_embeddings", True if year and year <= 2022 else False)),
-                          dropout=float(dropout), moe=moe)
+                          dropout=float(dropout), moe=moe, mla=_mla(md, src, rid),
+                          mtp_layers=md.get("mtp_layers") or 0)
         chip_id = hw.get("chip")
         if not chip_id:
             chip_id = next((cid for pat, cid in _GPU_MAP if re.search(pat, str(hw.get("gpu_model", "")), re.I)), None)

@@ -19,7 +19,9 @@ ROPE_SCALINGS = ("llama3", "linear", "dynamic", "yarn", "longrope")
 _MAX = {"layers": MAX_LAYERS, "hidden": MAX_WIDTH, "heads": MAX_WIDTH, "kv_heads": MAX_WIDTH,
         "head_dim": MAX_WIDTH, "ffn_hidden": MAX_WIDTH, "vocab": MAX_VOCAB, "seq_len": MAX_SEQ_LEN,
         "moe.experts": MAX_EXPERTS, "moe.top_k": MAX_EXPERTS, "moe.expert_ffn_hidden": MAX_WIDTH,
-        "moe.layer_freq": MAX_LAYERS, "moe.shared_experts": MAX_EXPERTS, "moe.first_dense_layers": MAX_LAYERS}
+        "moe.layer_freq": MAX_LAYERS, "moe.shared_experts": MAX_EXPERTS, "moe.first_dense_layers": MAX_LAYERS,
+        **{f"mla.{k}": MAX_WIDTH for k in ("kv_lora_rank", "qk_head_dim", "qk_rope_head_dim", "v_head_dim",
+                                           "q_lora_rank")}}
 
 
 def _is_int(value) -> bool:
@@ -114,6 +116,30 @@ class MoESpec:
 
 
 @dataclass(frozen=True)
+class MLASpec:
+    """Multi-head latent attention (DeepSeek-V2/V3, Kimi K2; Megatron-core MLASelfAttention, --multi-latent-attention).
+
+    Per layer: q = up_q(norm(down_q(x))) (q_lora_rank None: one projection x -> heads x (qk_head_dim + qk_rope_head_dim)),
+    [c_kv, k_rope] = down_kv(x) (width kv_lora_rank + qk_rope_head_dim), [k_nope, v] = up_kv(norm(c_kv)) (heads x
+    (qk_head_dim + v_head_dim)); attention runs with every head's own keys and values (no grouping) of head dim
+    qk_head_dim + qk_rope_head_dim for QK^T and v_head_dim for PV; the output projection takes heads x v_head_dim.
+    The down projections are not split over tensor parallelism (Megatron-core: TELinear parallel_mode
+    'duplicated', on the sequence-parallel shard); the up and output projections are, as a dense layer's."""
+
+    kv_lora_rank: int
+    qk_head_dim: int           # the part of each head's query/key without rotary embedding (HF qk_nope_head_dim)
+    qk_rope_head_dim: int      # the rotary part (Megatron --qk-pos-emb-head-dim)
+    v_head_dim: int
+    q_lora_rank: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("kv_lora_rank", "qk_head_dim", "qk_rope_head_dim", "v_head_dim"):
+            _pos_int(getattr(self, name), f"mla.{name}")
+        if self.q_lora_rank is not None:
+            _pos_int(self.q_lora_rank, "mla.q_lora_rank")
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     name: str
     layers: int
@@ -138,6 +164,8 @@ class ModelSpec:
     qk_norm: bool | None = None                # RMSNorm on each head's q and k (Qwen3)
     qkv_bias: bool | None = None               # bias on the q, k, v projections (Qwen2: true)
     linear_bias: bool | None = None            # bias on the attention output and MLP linears (GPT-2/3: true)
+    mla: MLASpec | None = None                 # multi-head latent attention instead of MHA/GQA projections
+    mtp_layers: int = 0                        # multi-token prediction depth (DeepSeek-V3: 1; Megatron --mtp-num-layers)
 
     def __post_init__(self) -> None:
         require(isinstance(self.name, str) and self.name != "", "name", "must be a non-empty string")
@@ -148,6 +176,17 @@ class ModelSpec:
         _pos_int(self.kv_heads, "kv_heads")
         require(self.heads % self.kv_heads == 0, "kv_heads",
                 f"heads={self.heads} is not a multiple of kv_heads={self.kv_heads}")
+        require(_is_int(self.mtp_layers) and 0 <= self.mtp_layers <= 8, "mtp_layers",
+                f"must be an integer from 0 to 8, got {self.mtp_layers!r}")
+        if self.mla is not None:
+            # every head keeps its own keys and values; head_dim is the query/key head width
+            require(self.kv_heads == self.heads, "kv_heads",
+                    f"multi-head latent attention has no key/value groups: kv_heads={self.kv_heads} must equal "
+                    f"heads={self.heads}")
+            qk = self.mla.qk_head_dim + self.mla.qk_rope_head_dim
+            require(self.head_dim in (None, qk), "head_dim",
+                    f"with mla the query/key head width is qk_head_dim + qk_rope_head_dim = {qk}, got {self.head_dim}")
+            object.__setattr__(self, "head_dim", qk)
         if self.head_dim is None:
             require(self.hidden % self.heads == 0, "heads",
                     f"hidden={self.hidden} is not divisible by heads={self.heads}; set head_dim")
@@ -187,7 +226,26 @@ class ModelSpec:
 
     @property
     def kv_dim(self) -> int:
+        """Width of one of the key and value projections; with mla the mean of the two (keys heads x
+        (qk_head_dim + qk_rope_head_dim), values heads x v_head_dim), so 2 kv_dim = k_dim + v_dim either way."""
+        return (self.k_dim + self.v_dim) // 2 if self.mla is not None else self.kv_heads * self.head_dim
+
+    @property
+    def k_dim(self) -> int:
         return self.kv_heads * self.head_dim
+
+    @property
+    def v_dim(self) -> int:
+        return self.heads * self.mla.v_head_dim if self.mla is not None else self.kv_heads * self.head_dim
+
+    @property
+    def o_dim(self) -> int:
+        """Width of the attention output (the output projection's input): heads x the value head width."""
+        return self.heads * self.mla.v_head_dim if self.mla is not None else self.q_dim
+
+    @property
+    def v_head_dim(self) -> int:
+        return self.mla.v_head_dim if self.mla is not None else self.head_dim
 
     def is_moe_layer(self, index: int) -> bool:
         if self.moe is None or index < self.moe.first_dense_layers:

@@ -315,6 +315,9 @@ class RuntimeSpec:
                                        # (torchtitan's dp_shard): ZeRO-3 is no extra dimension of its plans
     notes: tuple[str, ...] = field(default_factory=tuple)   # sources for the semantics above
     extra_refusal: Callable[..., str | None] | None = None   # runtime-specific rules (model, job, strategy)
+    # model features beyond MHA/GQA decoders the runtime builds: "mla" (multi-head latent attention), "mtp"
+    # (multi-token prediction); a model with one it lacks is refused
+    model_features: tuple[str, ...] = ()
 
     def violation(self, *, zero=None, pp=None, vpp=None, cp=None, ep=None, etp=None, uneven=None, tp=None,
                   sequence_parallel=None, recompute=None, precision=None, account=None) -> tuple[str, str] | None:
@@ -360,6 +363,13 @@ class RuntimeSpec:
                            account=bool(getattr(s, "account_for_embedding", False) or getattr(s, "account_for_loss", False)))
         if v is not None:
             return v[1]
+        if model is not None:
+            need = [f for f, on in (("mla", getattr(model, "mla", None) is not None),
+                                    ("mtp", bool(getattr(model, "mtp_layers", 0)))) if on and f not in self.model_features]
+            if need:
+                what = {"mla": "multi-head latent attention", "mtp": "multi-token prediction layers"}
+                return (f"{self.name} does not build {' or '.join(what[f] for f in need)} (model {model.name}); "
+                        "megatron does")
         if getattr(s, "grad_reduce_bf16", False):
             if not self.bf16_grad_reduce:
                 return f"{self.name} has no bf16 gradient-reduction option (Megatron --grad-reduce-in-bf16)"

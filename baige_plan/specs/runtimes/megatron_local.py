@@ -122,6 +122,9 @@ RUNTIME = replace(
     # the export writes no --cross-entropy-loss-fusion: the loss runs one op per step (2x and 4x H200 runs:
     # benchmarks/real/runs_megatron_local_h200x*.yaml)
     loss_kernel="megatron_unfused",
+    # the local spec builds MLA's down projections tensor-parallel (ColumnParallelLinear), not the duplicated TE
+    # linears the cost model charges; MTP not checked without Transformer Engine
+    model_features=(),
     memory=replace(_mg.MEMORY, fp8_gemm_inputs=False, fp8_weight_cache_bytes=0, fp8_param_bytes=0),
     notes=_mg.RUNTIME.notes + (
         "megatron/core/models/gpt/gpt_layer_specs.py get_gpt_layer_local_spec: the --transformer-impl local layer",
