@@ -11,7 +11,7 @@ from baige_plan.search.oracle import oracle, oracle_space
 from baige_plan.search.solver import search
 from baige_plan.search.space import Bounds, Pins, enumerate_space, from_strategy, space_array, to_strategy
 from baige_plan.specs.job import JobSpec
-from baige_plan.specs.model import ModelSpec, MoESpec
+from baige_plan.specs.model import MLASpec, ModelSpec, MoESpec
 from baige_plan.specs.topology import ClusterSpec, GroupSpec
 
 CAT = Catalog.create()
@@ -28,6 +28,17 @@ GQA = ModelSpec(name="g8", layers=8, hidden=8192, heads=16, kv_heads=4, ffn_hidd
 MOE = ModelSpec(name="m4", layers=4, hidden=2048, heads=16, kv_heads=8, ffn_hidden=8192, vocab=32000, seq_len=1024,
                 moe=MoESpec(experts=4, top_k=2, expert_ffn_hidden=4096, layer_freq=2, first_dense_layers=1))
 
+# sliding-window attention on every other layer (gpt-oss's pattern) with experts: the bounds take the cheaper
+# (windowed) layer of each kind, and the EP-overlap bound is dropped (bounds.py _layer_time)
+SWA_MOE = ModelSpec(name="swa", layers=4, hidden=1024, heads=16, kv_heads=4, head_dim=64, ffn_hidden=2048, vocab=32000,
+                    seq_len=2048, sliding_window=128, full_attention_every=2,
+                    moe=MoESpec(experts=8, top_k=2, expert_ffn_hidden=1024))
+# multi-head latent attention with a dense first layer and multi-token prediction on the last stage
+MLA = ModelSpec(name="mla", layers=5, hidden=1024, heads=16, ffn_hidden=4096, vocab=32000, seq_len=2048,
+                mla=MLASpec(kv_lora_rank=128, qk_head_dim=64, qk_rope_head_dim=32, v_head_dim=64, q_lora_rank=256),
+                moe=MoESpec(experts=8, top_k=2, expert_ffn_hidden=512, shared_experts=1, first_dense_layers=1),
+                mtp_layers=1)
+
 CASES = [
     # model, cluster, job, bounds, pins
     (DENSE, _cluster("a100-sxm4-40g", 2, 4), JobSpec(16, 2048), Bounds(max_micro_batch=4), Pins()),
@@ -35,6 +46,8 @@ CASES = [
     (MOE, _cluster("a100-sxm4-80g", 2, 2), JobSpec(8, 1024), Bounds(max_micro_batch=2), Pins()),
     (DENSE, _cluster("v100-sxm2-16g", 4, 2), JobSpec(8, 2048, "fp16"), Bounds(max_micro_batch=2), Pins()),
     (DENSE, _cluster("a100-sxm4-40g", 2, 4), JobSpec(16, 2048), Bounds(), Pins(zero=1, recompute="full")),
+    (SWA_MOE, _cluster("h100-sxm5-80g", 2, 2), JobSpec(8, 2048), Bounds(max_micro_batch=1), Pins()),
+    (MLA, _cluster("h100-sxm5-80g", 2, 2), JobSpec(8, 2048), Bounds(max_micro_batch=1), Pins()),
 ]
 
 

@@ -222,13 +222,15 @@ def join_sources(labels: set[str]) -> str:
     return "+".join(sorted(labels, key=lambda x: (x == ANALYTICAL, x)))
 
 
-def _gemm_set(model: ModelSpec, s: StrategySpec, seq_len: int, moe_layer: bool) -> tuple[list[Gemm], list[Gemm]]:
+def _gemm_set(model: ModelSpec, s: StrategySpec, seq_len: int, moe_layer: bool,
+              window: bool = False) -> tuple[list[Gemm], list[Gemm]]:
     tokens = s.micro_batch * seq_len / s.cp
     # the local experts as the runtime launches them (cost/moe.py expert_gemm_kind): TE GroupedLinear's
     # multi-stream cuBLAS (Megatron --moe-grouped-gemm), torch._grouped_mm (torchtitan), eager loops
     lin = linear_gemms(model, tokens, s.tp, moe_layer, s.ep, s.etp, grouped=expert_gemm_kind(s),
                        sp=bool(s.sequence_parallel) and s.tp > 1)
-    att = attention_gemms(model, s.micro_batch, seq_len, s.tp, s.cp, standard=s.attention == "standard")
+    att = attention_gemms(model, s.micro_batch, seq_len, s.tp, s.cp, standard=s.attention == "standard",
+                          window=model.sliding_window if window else None)
     if s.attention == "flash":
         att = [Gemm(g.name, g.m, g.n, g.k, g.count, "attention_flash") for g in att]
     return lin, att
@@ -266,7 +268,7 @@ def _placement_per_node(dpn: int, inner: int, size: int) -> int:
 
 
 def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, tokens: float, sp: bool, std: bool,
-                 links: tuple, moe: bool, meas: LayerProfile | None = None) -> dict[str, float]:
+                 links: tuple, moe: bool, meas: LayerProfile | None = None, window: bool = False) -> dict[str, float]:
     """Time, FLOPs, parameters and activations of one transformer layer on one device, per micro-batch.
     `meas`: a measured profile of this layer (specs/profile.py) whose forward/backward/recompute compute
     seconds and stored activation bytes replace the analytical ones where present; communication,
@@ -276,7 +278,7 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
     act_bytes = r.act_bytes
     fwd = bwd = rec = comp = tp_t = ep_t = cp_t = hw_flops = 0.0
     dense_p = expert_p = act = act_layer_full = 0.0
-    lin, att = _gemm_set(model, s, seq, moe)
+    lin, att = _gemm_set(model, s, seq, moe, window)
     lin = keep_16bit(lin, s, r.chip, r.dtype)   # fp8: the output layer / router the runtime leaves in 16-bit
     # MoE: the layer's extra terms (cost/moe.py); the busiest EP rank sets the pace (mt.load)
     mt = moe_layer_terms(model, s, r, tokens, ep_link, etp_link, lin, ep_split) if moe and model.moe is not None \
@@ -515,15 +517,16 @@ class _StageContext:
         self.terms: dict = {}
 
     def layer_terms(self, model: ModelSpec, s: StrategySpec, seq: int, tokens: float, sp: bool, std: bool, moe: bool,
-                    meas: LayerProfile | None) -> Mapping[str, float]:
-        """`_layer_terms` of this strategy (tokens, sp and std follow from s and seq), read-only, memoised."""
+                    meas: LayerProfile | None, window: bool = False) -> Mapping[str, float]:
+        """`_layer_terms` of this strategy (tokens, sp and std follow from s and seq), read-only, memoised.
+        `window`: a sliding-window attention layer (ModelSpec.is_window_layer)."""
         try:
-            lt = self.terms.get((model, seq, moe, meas))
+            lt = self.terms.get((model, seq, moe, meas, window))
         except TypeError:           # a hand-built spec that does not hash: cost it directly
-            return _layer_terms(model, s, self.r, seq, tokens, sp, std, self.links, moe, meas)
+            return _layer_terms(model, s, self.r, seq, tokens, sp, std, self.links, moe, meas, window)
         if lt is None:
-            lt = self.terms[(model, seq, moe, meas)] = MappingProxyType(
-                _layer_terms(model, s, self.r, seq, tokens, sp, std, self.links, moe, meas))
+            lt = self.terms[(model, seq, moe, meas, window)] = MappingProxyType(
+                _layer_terms(model, s, self.r, seq, tokens, sp, std, self.links, moe, meas, window))
         return lt
 
 
@@ -627,6 +630,17 @@ def strategy_rates(chip, precision: str, s: StrategySpec, calibration: Calibrati
     return replace(r, attn_kernel=s.attention_kernel or runtimes.get(s.runtime).attention_kernel)
 
 
+def _layer_kinds(model: ModelSpec, first: int, n: int, n_moe: int) -> tuple[tuple[bool, bool, int], ...]:
+    """(MoE, sliding-window, count) of the layers [first, first + n), dense before MoE, full before windowed. An
+    MoE stage's per-layer MoE adjustments below (EP overlap, host bound) read the last MoE kind's terms."""
+    if model.sliding_window is None:
+        return (False, False, n - n_moe), (True, False, n_moe)
+    c = {(m, w): 0 for m in (False, True) for w in (False, True)}
+    for i in range(first, first + n):
+        c[(model.is_moe_layer(i), model.is_window_layer(i))] += 1
+    return tuple((m, w, c[(m, w)]) for m, w in sorted(c))
+
+
 def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec, index: int,
                first_layer: int, n_layers: int, m: int,
                p2p_links: tuple[C.Link | None, C.Link | None] | None = None,
@@ -658,12 +672,12 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
     src_c: set[str] = set()
     src_a: set[str] = set()
     n_moe = model.moe_layers_in(first_layer, first_layer + n_layers)
-    for moe, count in ((False, n_layers - n_moe), (True, n_moe)):
+    for moe, window, count in _layer_kinds(model, first_layer, n_layers, n_moe):
         if count == 0:
             continue
-        # all dense (all MoE) layers are identical: cost one, multiply
+        # all layers of a kind (dense or MoE, full or sliding-window attention) are identical: cost one, multiply
         meas = entry.layer if entry is not None and not moe else None
-        lt = ctx.layer_terms(model, s, seq, tokens, sp, std, moe, meas)
+        lt = ctx.layer_terms(model, s, seq, tokens, sp, std, moe, meas, window)
         if moe:
             lt_moe = lt
         src_c.add(label if meas is not None and meas.has_times else ANALYTICAL)
@@ -774,7 +788,9 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
             # norm(embedding)], and one more output layer and loss (analytical, without the MoE host terms
             # above); with pipelining this stage also holds the shared input embedding
             k = model.mtp_layers
-            lt = ctx.layer_terms(model, s, seq, tokens, sp, std, model.is_moe_layer(model.layers - 1), None)
+            last_i = model.layers - 1
+            lt = ctx.layer_terms(model, s, seq, tokens, sp, std, model.is_moe_layer(last_i), None,
+                                 model.is_window_layer(last_i))
             eh = gemm_time_s(Gemm("mtp_eh_proj", tokens, model.hidden / s.tp, 2 * model.hidden), r)
             fwd += k * (lt["fwd"] + eh + lg_f)
             bwd += k * (lt["bwd"] + lt["rec"] + 2 * eh + lg_b)

@@ -34,6 +34,7 @@ def megatron_model_flops(model: ModelSpec, batch: int, seq_len: int) -> float:
     """
     h, s = model.hidden, seq_len
     q, kv = model.q_dim, model.kv_dim
+    n_window = sum(1 for i in range(model.layers) if model.is_window_layer(i))
     if model.mla is not None:
         # the `multi_latent_attention` branch: q (lora) + kv lora + rotary key + output projection, and the
         # causal core with query/key head width qk + rope and value head width v
@@ -45,6 +46,11 @@ def megatron_model_flops(model: ModelSpec, batch: int, seq_len: int) -> float:
         attn += 6 * (heads * qk / 2 + heads * a.v_head_dim / 2) * s
     else:
         attn = 6 * (h * (q + 2 * kv) + q * s + q * h)
+    # sliding-window layers: the core over min(window, s/2) keys per query instead of s/2 (module docstring of
+    # attention_gemms); MLA and windows do not meet in any model here, so the MHA/GQA core is the one replaced
+    window_saving = 0.0
+    if n_window and model.mla is None:
+        window_saving = n_window * 12 * q * max(0.0, s / 2 - min(s / 2, model.sliding_window))
     f = _ffn_factor(model)
     # multi-token prediction: `mtp_num_layers` more layers of the last layer's kind, their norms and 2h -> h
     # projection, and one more output layer each
@@ -59,7 +65,7 @@ def megatron_model_flops(model: ModelSpec, batch: int, seq_len: int) -> float:
         mlp += n_moe * 6 * (routed + shared) * f * h
     mtp_proj = 6 * mtp * (3 * h + 2 * h * h)
     logits = 6 * h * model.vocab * (1 + mtp)
-    return float(batch) * s * ((model.layers + mtp) * attn + mlp + mtp_proj + logits)
+    return float(batch) * s * ((model.layers + mtp) * attn - window_saving + mlp + mtp_proj + logits)
 
 
 def narayanan_eq3_flops(batch: int, seq_len: int, layers: int, hidden: int, vocab: int) -> float:
@@ -101,15 +107,20 @@ class Gemm:
 
 
 def attention_gemms(model: ModelSpec, micro_batch: int, seq_len: int, tp: int, cp: int,
-                    standard: bool) -> list[Gemm]:
+                    standard: bool, window: int | None = None) -> list[Gemm]:
     """Core attention (QK^T and PV) per device for one layer's forward.
 
     Each CP rank holds s/cp queries and attends to all s keys (ring attention). Standard attention
     computes the full masked score matrix (Megatron 2021 fused-softmax path); fused flash kernels
-    skip the masked half, so they execute the causal half (Dao 2023)."""
+    skip the masked half, so they execute the causal half (Dao 2023). A sliding-window layer (`window` tokens,
+    ModelSpec.is_window_layer) with fused kernels attends to min(window, s/2) keys per query on average (the
+    count Megatron-Bridge's published Model TFLOP/s of gpt-oss use); standard attention still computes and masks
+    every score."""
     heads = model.heads // tp
     sq = seq_len / cp
     keys = seq_len if standard else seq_len / 2.0
+    if window is not None and not standard:
+        keys = min(keys, float(window))
     n = micro_batch * heads
     return [Gemm("attn_qk", sq, keys, model.head_dim, n, "attention"),
             Gemm("attn_pv", sq, model.v_head_dim, keys, n, "attention")]

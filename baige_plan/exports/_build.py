@@ -112,6 +112,10 @@ def megatron_model_args(model: dict, runtime: str = "Megatron") -> tuple[list[tu
         caveats += c
     if model.get("qk_norm"):
         a.append(("--qk-layernorm", None))
+    if model.get("attention_sinks"):
+        caveats.append(f"attention sinks (a learned logit per head, gpt-oss): {runtime}'s pretrain_gpt.py has no "
+                       "argument for TransformerConfig.softmax_type 'learnable'; exported with the plain softmax, a "
+                       "different model at the same cost (Megatron-Bridge's GPTOSSProvider sets it in Python)")
     lin, qkv = biases(model)
     if not lin:
         a.append(("--disable-bias-linear", None))

@@ -134,6 +134,11 @@ def megatron_args(doc: dict) -> tuple[list[tuple[str, object]], list[str], list[
         a.append(("--kv-channels", head_dim))
     if model.get("mtp_layers"):
         a.append(("--mtp-num-layers", model["mtp_layers"]))
+    if model.get("sliding_window"):
+        # megatron/core/transformer/utils.py is_layer_window_attention: layer_number % freq == 0 is full attention
+        a.append(("--window-size", f"{model['sliding_window']},0"))
+        if model.get("full_attention_every"):
+            a.append(("--window-attn-skip-freq", model["full_attention_every"]))
     a += [("--seq-length", seq), ("--max-position-embeddings", max(seq, model.get("seq_len") or seq))]
     # position, rotary base/scaling, norm and epsilon, qk-norm, biases as the model records them (exports/_build.py)
     build, build_caveats, build_note = megatron_model_args(model)

@@ -13,6 +13,8 @@ model type's transformers modeling code fixes whatever the config says:
   gpt2                 learned   layernorm  false    true             true
   opt                  learned   layernorm  false    enable_bias      enable_bias
   bloom                alibi     layernorm  false    true             true
+  gpt_oss              rope      rmsnorm    false    true             true     (GptOssConfig: attention_bias True;
+                                                                               biased experts)
   deepseek_v2/v3,      rope      rmsnorm    false    attention_bias   attention_bias (MLP bias=False: a true
   kimi_k2                                                              attention_bias is refused)
 
@@ -32,7 +34,7 @@ from baige_plan.errors import InputError, SpecError
 from baige_plan.specs.model import RopeScalingSpec
 
 _ROPE_TYPES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gpt_neox",
-               "deepseek_v2", "deepseek_v3", "kimi_k2")
+               "deepseek_v2", "deepseek_v3", "kimi_k2", "gpt_oss")
 _POSITION = {**{t: "rope" for t in _ROPE_TYPES}, "gpt2": "learned", "opt": "learned", "bloom": "alibi"}
 _LAYERNORM = ("gpt2", "opt", "bloom", "gpt_neox")
 _QK_NORM = ("qwen3", "qwen3_moe")
@@ -98,6 +100,8 @@ def _biases(cfg: dict, src: str, model_type: str) -> tuple[bool, bool]:
     if model_type == "opt":
         b = _bool(cfg, src, "enable_bias", True)
         return b, b
+    if model_type == "gpt_oss":
+        return True, True     # GptOssConfig sets attention_bias True; its experts and router carry biases
     if model_type == "gpt_neox":
         b = _bool(cfg, src, "attention_bias", True)
         if not b:
@@ -122,12 +126,15 @@ def build_fields(cfg: dict, src: str, model_type: str) -> dict[str, Any]:
             "rope_scaling": _rope_scaling(cfg, src, model_type),
             "norm": "layernorm" if model_type in _LAYERNORM else "rmsnorm",
             "norm_eps": _number(cfg, src, eps_key) if eps_key else None,
-            "qk_norm": model_type in _QK_NORM, "qkv_bias": qkv, "linear_bias": lin}
+            "qk_norm": model_type in _QK_NORM, "qkv_bias": qkv, "linear_bias": lin,
+            # GptOssAttention.sinks: one learned logit per head (none of the other types has them: unset)
+            "attention_sinks": True if model_type == "gpt_oss" else None}
 
 
 def moe_build_fields(cfg: dict, src: str, model_type: str, shared: bool) -> dict[str, Any]:
     """MoESpec keyword arguments: the router's top-k normalisation and the shared-expert gate."""
-    if model_type == "mixtral":
+    if model_type in ("mixtral", "gpt_oss"):
+        # both renormalise the top-k: mixtral's softmax weights / their sum, gpt-oss a softmax over the top-k logits
         return {"norm_topk_prob": True, "shared_expert_gate": False}
     v = cfg.get("norm_topk_prob")
     if v is not None and not isinstance(v, bool):

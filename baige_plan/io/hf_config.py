@@ -56,8 +56,11 @@ Approximations (the estimate is a planning model, not a parameter-exact replica)
   `round(shared / moe_intermediate_size)` shared experts of `moe_intermediate_size` each (same
   weights and FLOPs when it divides evenly; at least one); its sigmoid gate is ignored.
 - The dense `intermediate_size` of an MoE model is kept as `ffn_hidden` (used by dense layers).
-- Sliding-window attention (mistral, qwen2 `use_sliding_window`) is ignored: attention is costed
-  as full causal attention over seq_len.
+- Sliding-window attention: gpt_oss `sliding_window` with `layer_types` (every k-th layer full) and
+  mistral/mixtral `sliding_window` (every layer) are read (ModelSpec.sliding_window, full_attention_every);
+  qwen2's `use_sliding_window` (a max_window_layers prefix rule) is ignored: costed as full causal attention.
+- gpt_oss: the expert width is `intermediate_size`, every layer is MoE; its attention sinks and clamped
+  SwiGLU are not costed (a per-head logit and an elementwise clamp).
 - mlp_only_layers that are not a prefix of the layer list cannot be represented: an InputError.
 """
 
@@ -73,13 +76,13 @@ from baige_plan.specs.model import MLASpec, ModelSpec, MoESpec
 
 _MLA_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2")
 SUPPORTED = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
-             "gpt2", "gpt_neox", "opt", "bloom", *_MLA_TYPES)
-_GATED = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", *_MLA_TYPES)
-_MOE = ("mixtral", "qwen2_moe", "qwen3_moe")
+             "gpt2", "gpt_neox", "opt", "bloom", "gpt_oss", *_MLA_TYPES)
+_GATED = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gpt_oss", *_MLA_TYPES)
+_MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss")
 # transformers' default for tie_word_embeddings when the config leaves it out
 _TIE_DEFAULT = {"llama": False, "mistral": False, "mixtral": False, "qwen2": False, "qwen2_moe": False,
                 "qwen3": False, "qwen3_moe": False, "gpt2": True, "gpt_neox": False, "opt": True,
-                "bloom": True, **dict.fromkeys(_MLA_TYPES, False)}
+                "bloom": True, "gpt_oss": False, **dict.fromkeys(_MLA_TYPES, False)}
 SEQ_LEN_CAP = 32768
 SEQ_LEN_FALLBACK = 8192
 SEQ_LEN_DEFAULT = 2048
@@ -200,6 +203,33 @@ def _mla_moe(r: _Reader, model_type: str, layers: int) -> MoESpec | None:
         raise InputError(r.src, e.field, e.reason) from None
 
 
+def _window(r: _Reader, model_type: str, layers: int) -> tuple[int | None, int | None]:
+    """(sliding_window, full_attention_every): `layer_types` (gpt_oss; transformers' per-layer
+    "sliding_attention" / "full_attention") when the full layers are exactly every k-th ((i + 1) % k == 0) or
+    none; gpt_oss without it alternates from a sliding layer 0 (GptOssConfig); mistral/mixtral's
+    `sliding_window` applies to every layer. Other patterns cannot be represented: an InputError."""
+    w = r.cfg.get("sliding_window")
+    if model_type not in ("gpt_oss", "mistral", "mixtral") or w is None:
+        return None, None
+    w = r.int_("sliding_window")
+    if model_type != "gpt_oss":
+        return w, None
+    types = r.cfg.get("layer_types")
+    if types is None:
+        types = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(layers)]
+    if not isinstance(types, list) or len(types) != layers or \
+            any(t not in ("sliding_attention", "full_attention") for t in types):
+        raise InputError(r.src, "layer_types", f"expected {layers} of 'sliding_attention' / 'full_attention'")
+    full = [i for i, t in enumerate(types) if t == "full_attention"]
+    if not full:
+        return w, None
+    k = full[0] + 1
+    if k < 2 or full != list(range(k - 1, layers, k)):
+        raise InputError(r.src, "layer_types", "full-attention layers other than every k-th layer (k >= 2) cannot "
+                         "be represented (ModelSpec.full_attention_every)")
+    return w, k
+
+
 def _count(r: _Reader, key: str) -> int:
     """An integer >= 0 the config may leave out or set null (0 then)."""
     v = r.cfg.get(key)
@@ -226,7 +256,7 @@ def _moe(r: _Reader, model_type: str, layers: int) -> MoESpec | None:
         return None
     experts = r.int_("num_local_experts", "num_experts")
     top_k = r.int_("num_experts_per_tok")
-    if model_type == "mixtral":
+    if model_type in ("mixtral", "gpt_oss"):
         eff = r.int_("intermediate_size")
     else:
         eff = r.int_("moe_intermediate_size")
@@ -234,8 +264,9 @@ def _moe(r: _Reader, model_type: str, layers: int) -> MoESpec | None:
     if model_type == "qwen2_moe" and r.has("shared_expert_intermediate_size"):
         sh = r.int_("shared_expert_intermediate_size")
         shared = max(1, round(sh / eff))
-    layer_freq = r.int_("decoder_sparse_step", default=1) if model_type != "mixtral" else 1
-    dense_prefix = _first_dense(r, layers) if model_type != "mixtral" else 0
+    every = model_type in ("mixtral", "gpt_oss")     # every layer MoE
+    layer_freq = r.int_("decoder_sparse_step", default=1) if not every else 1
+    dense_prefix = _first_dense(r, layers) if not every else 0
     # first MoE layer: the first i >= dense_prefix with (i + 1) % layer_freq == 0
     first_dense = dense_prefix + (-(dense_prefix + 1)) % layer_freq
     if first_dense >= layers:
@@ -279,6 +310,7 @@ def hf_config_to_model(cfg: Any, src: str, name: str | None = None) -> ModelSpec
     activation = _activation(r, model_type)
     tie = r.bool_("tie_word_embeddings", _TIE_DEFAULT[model_type])
     moe = _moe(r, model_type, layers)
+    window = _window(r, model_type, layers)
 
     if name is None:
         for key in ("_name_or_path", "name_or_path"):
@@ -291,7 +323,7 @@ def hf_config_to_model(cfg: Any, src: str, name: str | None = None) -> ModelSpec
         m = ModelSpec(name=name or model_type, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
                       head_dim=head_dim, ffn_hidden=ffn, vocab=vocab, seq_len=seq_len,
                       activation=activation, tie_embeddings=tie, dropout=_dropout(r), moe=moe, mla=mla,
-                      mtp_layers=mtp,
+                      mtp_layers=mtp, sliding_window=window[0], full_attention_every=window[1],
                       source=f"Hugging Face config.json ({model_type}): {src}",
                       **build_fields(cfg, src, model_type))
     except SpecError as e:

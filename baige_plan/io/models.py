@@ -12,7 +12,7 @@ from baige_plan.specs.model import BUILD_FIELDS, MLASpec, ModelSpec, MoESpec, Ro
 SCHEMA = "baige-plan/model/v1"
 _REQUIRED = {"schema", "name", "layers", "hidden", "heads", "ffn_hidden", "vocab"}
 _OPTIONAL = {"seq_len", "kv_heads", "head_dim", "activation", "tie_embeddings", "dropout", "moe", "source", "notes",
-             "params_b", "mla", "mtp_layers", *BUILD_FIELDS}
+             "params_b", "mla", "mtp_layers", "sliding_window", "full_attention_every", *BUILD_FIELDS}
 _MOE_REQUIRED = {"experts", "top_k", "expert_ffn_hidden"}
 _MOE_OPTIONAL = {"shared_experts", "layer_freq", "first_dense_layers", "norm_topk_prob", "shared_expert_gate"}
 _MOE_BUILD = ("norm_topk_prob", "shared_expert_gate")   # written only when set (plan files stay unchanged)
@@ -20,7 +20,8 @@ _MLA_REQUIRED = {"kv_lora_rank", "qk_head_dim", "qk_rope_head_dim", "v_head_dim"
 _MLA_OPTIONAL = {"q_lora_rank"}
 _ROPE_REQUIRED = {"rope_type", "factor"}
 _ROPE_OPTIONAL = {"low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}
-_INT_FIELDS = ("layers", "hidden", "heads", "ffn_hidden", "vocab", "seq_len", "kv_heads", "head_dim", "mtp_layers")
+_INT_FIELDS = ("layers", "hidden", "heads", "ffn_hidden", "vocab", "seq_len", "kv_heads", "head_dim", "mtp_layers",
+               "sliding_window", "full_attention_every")
 
 
 def _int(d: dict, key: str, src: str, path: str) -> None:
@@ -91,6 +92,10 @@ def model_to_dict(m: ModelSpec) -> dict:
                                                    "v_head_dim") if getattr(m.mla, k) is not None}
     if m.mtp_layers:
         d["mtp_layers"] = m.mtp_layers
+    if m.sliding_window is not None:
+        d["sliding_window"] = m.sliding_window
+        if m.full_attention_every is not None:
+            d["full_attention_every"] = m.full_attention_every
     if m.source:
         d["source"] = m.source
     d.update(build_dict(m))

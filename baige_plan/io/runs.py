@@ -531,7 +531,8 @@ def _case(row: dict, rid: str, md: dict, hw: dict, par: dict, notes: list[str], 
                           activation=md.get("activation") or ("gelu" if year and year <= 2022 else "swiglu"),
                           tie_embeddings=bool(md.get("tie_embeddings", True if year and year <= 2022 else False)),
                           dropout=float(dropout), moe=moe, mla=_mla(md, src, rid),
-                          mtp_layers=md.get("mtp_layers") or 0)
+                          mtp_layers=md.get("mtp_layers") or 0, sliding_window=md.get("sliding_window"),
+                          full_attention_every=md.get("full_attention_every"))
         chip_id = hw.get("chip")
         if not chip_id:
             chip_id = next((cid for pat, cid in _GPU_MAP if re.search(pat, str(hw.get("gpu_model", "")), re.I)), None)

@@ -262,8 +262,11 @@ class Bounds:
         m = self.model
         s = StrategySpec(tp=tp, pp=3, dp=ep * etp, cp=cp, ep=ep, etp=etp, micro_batch=mb, recompute=RECOMPUTE[rec],
                          sequence_parallel=bool(sp), attention=ATTENTION[att], **self.knobs)
-        dense_i = next((i for i in range(m.layers) if not m.is_moe_layer(i)), None)
-        moe_i = next((i for i in range(m.layers) if m.is_moe_layer(i)), None)
+        # the cheapest layer of each kind: a sliding-window layer where the model has them (fewer keys, never slower)
+        def pick(moe: bool) -> int | None:
+            kind = [i for i in range(m.layers) if m.is_moe_layer(i) == moe]
+            return next((i for i in kind if m.is_window_layer(i)), kind[0] if kind else None)
+        dense_i, moe_i = pick(False), pick(True)
         c = {}
         for kind, li in (("d", dense_i), ("m", moe_i)):
             if li is not None:
@@ -271,9 +274,18 @@ class Bounds:
                 c[kind] = st.time_s - st.pp_s
         li = m.layers - 1
         st = stage_cost(m, self.group, self.job, s, 2, li, 1, 1, memo=self.memo)
-        tail = max(0.0, st.time_s - st.pp_s - c["m" if m.is_moe_layer(li) else "d"])
+        rep = moe_i if m.is_moe_layer(li) else dense_i
+        own = c["m" if m.is_moe_layer(li) else "d"]
+        if m.is_window_layer(li) != m.is_window_layer(rep):   # the last layer is of another kind: its own time
+            st1 = stage_cost(m, self.group, self.job, s, 1, li, 1, 1, memo=self.memo)
+            own = st1.time_s - st1.pp_s
+        tail = max(0.0, st.time_s - st.pp_s - own)
         cm_ov = c.get("m", 0.0)
-        if moe_i is not None and ep > 1 and RECOMPUTE[rec] != "full":
+        if moe_i is not None and ep > 1 and RECOMPUTE[rec] != "full" and m.sliding_window is not None:
+            # MoE layers of two attention kinds: the paired per-layer time below is an average over both, not a
+            # bound for a stage of the cheaper kind; 0 keeps the bound valid (more rows are estimated)
+            cm_ov = 0.0
+        elif moe_i is not None and ep > 1 and RECOMPUTE[rec] != "full":
             # every layer of the model in one middle stage of an interleaved pipeline, with so many micro-batches
             # that none runs unpaired: the overlapped MoE layers' time per layer there, pair(L)/L, is at most
             # pair(n)/n for any n <= L layers (non-increasing in n: tests/test_moe_a2a_overlap.py)

@@ -18,6 +18,7 @@ ROPE_SCALINGS = ("llama3", "linear", "dynamic", "yarn", "longrope")
 # upper limits (baige_plan/limits.py): far above any real model, low enough that work stays bounded
 _MAX = {"layers": MAX_LAYERS, "hidden": MAX_WIDTH, "heads": MAX_WIDTH, "kv_heads": MAX_WIDTH,
         "head_dim": MAX_WIDTH, "ffn_hidden": MAX_WIDTH, "vocab": MAX_VOCAB, "seq_len": MAX_SEQ_LEN,
+        "sliding_window": MAX_SEQ_LEN,
         "moe.experts": MAX_EXPERTS, "moe.top_k": MAX_EXPERTS, "moe.expert_ffn_hidden": MAX_WIDTH,
         "moe.layer_freq": MAX_LAYERS, "moe.shared_experts": MAX_EXPERTS, "moe.first_dense_layers": MAX_LAYERS,
         **{f"mla.{k}": MAX_WIDTH for k in ("kv_lora_rank", "qk_head_dim", "qk_rope_head_dim", "v_head_dim",
@@ -164,8 +165,14 @@ class ModelSpec:
     qk_norm: bool | None = None                # RMSNorm on each head's q and k (Qwen3)
     qkv_bias: bool | None = None               # bias on the q, k, v projections (Qwen2: true)
     linear_bias: bool | None = None            # bias on the attention output and MLP linears (GPT-2/3: true)
+    attention_sinks: bool | None = None        # a learned per-head logit in each softmax (gpt-oss; not costed)
     mla: MLASpec | None = None                 # multi-head latent attention instead of MHA/GQA projections
     mtp_layers: int = 0                        # multi-token prediction depth (DeepSeek-V3: 1; Megatron --mtp-num-layers)
+    # sliding-window attention: each query attends to the last `sliding_window` tokens (Megatron --window-size
+    # w,0; HF sliding_window) on every layer, or with `full_attention_every` k on all but every k-th layer
+    # (0-based layer i is full when (i + 1) % k == 0: Megatron --window-attn-skip-freq k; gpt-oss k = 2)
+    sliding_window: int | None = None
+    full_attention_every: int | None = None
 
     def __post_init__(self) -> None:
         require(isinstance(self.name, str) and self.name != "", "name", "must be a non-empty string")
@@ -176,6 +183,13 @@ class ModelSpec:
         _pos_int(self.kv_heads, "kv_heads")
         require(self.heads % self.kv_heads == 0, "kv_heads",
                 f"heads={self.heads} is not a multiple of kv_heads={self.kv_heads}")
+        if self.sliding_window is not None:
+            _pos_int(self.sliding_window, "sliding_window")
+        if self.full_attention_every is not None:
+            require(self.sliding_window is not None, "full_attention_every", "needs sliding_window")
+            require(_is_int(self.full_attention_every) and 2 <= self.full_attention_every <= MAX_LAYERS,
+                    "full_attention_every", f"must be an integer >= 2 (every k-th layer full), got "
+                    f"{self.full_attention_every!r}")
         require(_is_int(self.mtp_layers) and 0 <= self.mtp_layers <= 8, "mtp_layers",
                 f"must be an integer from 0 to 8, got {self.mtp_layers!r}")
         if self.mla is not None:
@@ -212,7 +226,7 @@ class ModelSpec:
         for name in ("rope_theta", "norm_eps"):   # one spelling in plan files: 500000 and 500000.0 alike
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, float(getattr(self, name)))
-        for name in ("qk_norm", "qkv_bias", "linear_bias"):
+        for name in ("qk_norm", "qkv_bias", "linear_bias", "attention_sinks"):
             _opt_bool(getattr(self, name), name)
         rope = self.rope_theta is not None or self.rope_scaling is not None
         require(not rope or pe in (None, "rope"), "position_embedding",
@@ -252,6 +266,16 @@ class ModelSpec:
             return False
         return (index - self.moe.first_dense_layers) % self.moe.layer_freq == 0
 
+    def is_window_layer(self, index: int) -> bool:
+        """Whether layer `index` (0-based) attends within the sliding window (Megatron is_layer_window_attention)."""
+        if self.sliding_window is None:
+            return False
+        k = self.full_attention_every
+        return k is None or (index + 1) % k != 0
+
+    def window_layers_in(self, start: int, end: int) -> int:
+        return sum(1 for i in range(start, end) if self.is_window_layer(i))
+
     @property
     def moe_layer_count(self) -> int:
         return sum(1 for i in range(self.layers) if self.is_moe_layer(i))
@@ -262,4 +286,4 @@ class ModelSpec:
 
 
 BUILD_FIELDS = ("position_embedding", "rope_theta", "rope_scaling", "norm", "norm_eps", "qk_norm", "qkv_bias",
-                "linear_bias")
+                "linear_bias", "attention_sinks")

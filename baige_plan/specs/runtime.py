@@ -316,7 +316,7 @@ class RuntimeSpec:
     notes: tuple[str, ...] = field(default_factory=tuple)   # sources for the semantics above
     extra_refusal: Callable[..., str | None] | None = None   # runtime-specific rules (model, job, strategy)
     # model features beyond MHA/GQA decoders the runtime builds: "mla" (multi-head latent attention), "mtp"
-    # (multi-token prediction); a model with one it lacks is refused
+    # (multi-token prediction), "swa" (sliding-window attention); a model with one it lacks is refused
     model_features: tuple[str, ...] = ()
 
     def violation(self, *, zero=None, pp=None, vpp=None, cp=None, ep=None, etp=None, uneven=None, tp=None,
@@ -365,9 +365,12 @@ class RuntimeSpec:
             return v[1]
         if model is not None:
             need = [f for f, on in (("mla", getattr(model, "mla", None) is not None),
-                                    ("mtp", bool(getattr(model, "mtp_layers", 0)))) if on and f not in self.model_features]
+                                    ("mtp", bool(getattr(model, "mtp_layers", 0))),
+                                    ("swa", getattr(model, "sliding_window", None) is not None))
+                    if on and f not in self.model_features]
             if need:
-                what = {"mla": "multi-head latent attention", "mtp": "multi-token prediction layers"}
+                what = {"mla": "multi-head latent attention", "mtp": "multi-token prediction layers",
+                        "swa": "sliding-window attention"}
                 return (f"{self.name} does not build {' or '.join(what[f] for f in need)} (model {model.name}); "
                         "megatron does")
         if getattr(s, "grad_reduce_bf16", False):

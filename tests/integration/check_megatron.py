@@ -238,7 +238,20 @@ def check_dir(meg: Megatron, d: Path) -> list[str]:
     eq("num_attention_heads", args.num_attention_heads, model["heads"])
     kv = model.get("kv_heads") or model["heads"]
     eq("query groups", tc.num_query_groups or tc.num_attention_heads, kv)
-    eq("kv_channels", args.kv_channels, model.get("head_dim") or model["hidden"] // model["heads"])
+    mla = model.get("mla")
+    if mla:     # MLA's head widths are its own fields (kv_channels is not read by MLASelfAttention)
+        eq("multi_latent_attention", bool(tc.multi_latent_attention), True)
+        eq("q_lora_rank", tc.q_lora_rank, mla.get("q_lora_rank"))
+        eq("kv_lora_rank", tc.kv_lora_rank, mla["kv_lora_rank"])
+        eq("qk_head_dim", tc.qk_head_dim, mla["qk_head_dim"])
+        eq("qk_pos_emb_head_dim", tc.qk_pos_emb_head_dim, mla["qk_rope_head_dim"])
+        eq("v_head_dim", tc.v_head_dim, mla["v_head_dim"])
+    else:
+        eq("kv_channels", args.kv_channels, model.get("head_dim") or model["hidden"] // model["heads"])
+    eq("mtp_num_layers", tc.mtp_num_layers or 0, model.get("mtp_layers", 0))
+    if model.get("sliding_window"):
+        eq("window_size", tuple(tc.window_size), (model["sliding_window"], 0))
+        eq("window_attn_skip_freq", tc.window_attn_skip_freq, model.get("full_attention_every"))
     eq("ffn_hidden_size", args.ffn_hidden_size, model["ffn_hidden"])
     eq("swiglu", bool(args.swiglu), model.get("activation", "swiglu") == "swiglu")
     eq("tied embeddings", not args.untie_embeddings_and_output_weights, bool(model.get("tie_embeddings", False)))

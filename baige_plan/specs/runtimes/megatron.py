@@ -186,9 +186,10 @@ RUNTIME = RuntimeSpec(
     # fp32 peak 19.5 in such a container (eth-easl/sailor Dockerfile: FROM nvcr.io/nvidia/pytorch:24.10-py3)
     fp32_matmul="tf32",
     heterogeneous=False,
-    # --multi-latent-attention (TE spec: down projections TELinear 'duplicated', as cost/flops.py costs them) and
-    # --mtp-num-layers (megatron/training/arguments.py, core 0.19)
-    model_features=("mla", "mtp"),
+    # --multi-latent-attention (TE spec: down projections TELinear 'duplicated', as cost/flops.py costs them),
+    # --mtp-num-layers and --window-size / --window-attn-skip-freq (TE's sliding window; megatron/training/
+    # arguments.py, core 0.19)
+    model_features=("mla", "mtp", "swa"),
     schedules=("1F1B", "interleaved-1F1B"),
     execution="fused",
     zero3_impl="fsdp",
