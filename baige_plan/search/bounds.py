@@ -281,16 +281,15 @@ class Bounds:
             own = st1.time_s - st1.pp_s
         tail = max(0.0, st.time_s - st.pp_s - own)
         cm_ov = c.get("m", 0.0)
-        if moe_i is not None and ep > 1 and RECOMPUTE[rec] != "full" and m.sliding_window is not None:
-            # MoE layers of two attention kinds: the paired per-layer time below is an average over both, not a
-            # bound for a stage of the cheaper kind; 0 keeps the bound valid (more rows are estimated)
-            cm_ov = 0.0
-        elif moe_i is not None and ep > 1 and RECOMPUTE[rec] != "full":
+        if moe_i is not None and ep > 1 and RECOMPUTE[rec] != "full":
             # every layer of the model in one middle stage of an interleaved pipeline, with so many micro-batches
             # that none runs unpaired: the overlapped MoE layers' time per layer there, pair(L)/L, is at most
-            # pair(n)/n for any n <= L layers (non-increasing in n: tests/test_moe_a2a_overlap.py)
+            # pair(n)/n for any n <= L layers (non-increasing in n: tests/test_moe_a2a_overlap.py). With sliding
+            # windows on some layers, every layer windowed (the cheaper kind, whose terms stage_cost pairs: its
+            # _layer_kinds puts the windowed MoE kind last), so a stage of either kind costs no less
+            mw = replace(m, full_attention_every=None) if m.sliding_window is not None else m
             s_ov = replace(s, vpp=2, moe_a2a_overlap=True)
-            st = stage_cost(m, self.group, self.job, s_ov, 1, 0, m.layers, OVERLAP_BOUND_MICRO_BATCHES,
+            st = stage_cost(mw, self.group, self.job, s_ov, 1, 0, m.layers, OVERLAP_BOUND_MICRO_BATCHES,
                             memo=self.memo)
             n_moe = m.moe_layer_count
             cm_ov = min(cm_ov, max(0.0, (st.time_s - st.pp_s - (m.layers - n_moe) * c.get("d", 0.0)) / n_moe))
