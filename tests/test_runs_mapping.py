@@ -41,3 +41,43 @@ def test_unstated_micro_batch_is_one_and_said():
 def test_embedding_as_a_layer_split():
     assert balanced_split(70, 12) == (5, 5)      # BLOOM-176B: 72 "layers" / 12 stages
     assert balanced_split(96, 8) == (None, None)
+
+
+def test_recompute_forms_published_runs_state():
+    # Megatron recompute_modules lists are module-level selective recomputation; booleans and "uniform" (Megatron
+    # --recompute-method uniform) checkpoint every layer
+    assert _case(recompute=["mla_up_proj", "moe_act"]).strategy.recompute == "selective"
+    assert _case(recompute=[]).strategy.recompute == "none"
+    assert _case(recompute=True).strategy.recompute == "full"
+    assert _case(recompute=False).strategy.recompute == "none"
+    assert _case(recompute="uniform").strategy.recompute == "full"
+    import pytest
+
+    from baige_plan.errors import InputError
+    with pytest.raises(InputError, match="recompute_modules"):
+        _case(recompute=["everything"])
+
+
+def test_gpu_model_text_names_the_catalog_chip():
+    import re
+
+    import pytest
+
+    from baige_plan.errors import InputError
+    from baige_plan.io.runs import _GPU_MAP
+
+    def chip(text):
+        return next(cid for pat, cid in _GPU_MAP if re.search(pat, text, re.I))
+
+    # each is a chip file in chips/: the more specific name wins (GB200 is not a B200, H200 not an H20)
+    for text, cid in (("GB200 NVL72", "gb200"), ("NVIDIA B200", "b200"), ("B300", "b300"), ("H200", "h200-sxm-141g"),
+                      ("NVIDIA H20", "h20"), ("A100 80GB PCIe", "a100-pcie-80g"), ("A800", "a800-sxm4-80g"),
+                      ("AMD Instinct MI325X", "mi325x"), ("TPU v5p", "tpu-v5p"), ("Trillium", "tpu-v6e"),
+                      ("Intel Gaudi 3", "gaudi3"), ("AWS Trainium2", "trainium2"), ("Ascend 910", "ascend-910a"),
+                      ("Ascend 910B3", "ascend-910b"), ("Kunlun P800", "kunlun-p800")):
+        assert chip(text) == cid, text
+        Catalog.create().chip(cid, "t", "chip")
+    row = yaml.safe_load(yaml.safe_dump(ROW))
+    row["hardware"]["gpu_model"] = "NVIDIA GB300"
+    with pytest.raises(InputError, match="no chip file in the catalog"):
+        case_from_row(row, Catalog.create(), "test.yaml")

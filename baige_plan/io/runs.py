@@ -30,11 +30,19 @@ from baige_plan.specs.strategy import StrategySpec, check_strategy
 from baige_plan.specs.topology import ClusterSpec, GroupSpec
 
 # gpu_model text -> catalog chip id (first match wins)
+# hardware.gpu_model text -> catalog chip, first match wins (specific before general: GB200 before B200, H200
+# before H20); None: a device the catalog has no file for (the row needs hardware.chip)
 _GPU_MAP = (
-    (r"A100.*80", "a100-sxm4-80g"), (r"A100.*40", "a100-sxm4-40g"), (r"A100", "a100-sxm4-80g"),
+    (r"GB300", None), (r"GB200", "gb200"), (r"B300", "b300"), (r"B200", "b200"),
+    (r"A100.*PCIe", "a100-pcie-80g"), (r"A100.*80", "a100-sxm4-80g"), (r"A100.*40", "a100-sxm4-40g"),
+    (r"A100", "a100-sxm4-80g"), (r"A800", "a800-sxm4-80g"),
     (r"H100.*PCIe", "h100-pcie-80g"), (r"H100", "h100-sxm5-80g"), (r"H800", "h800-sxm5-80g"),
-    (r"H200", "h200-sxm-141g"), (r"B200", "b200"), (r"V100.*16", "v100-sxm2-16g"), (r"V100", "v100-sxm2-32g"),
-    (r"MI300X", "mi300x"), (r"910B", "ascend-910b"), (r"Gaudi ?2", "gaudi2"),
+    (r"H200", "h200-sxm-141g"), (r"H20(?!\d)", "h20"), (r"V100.*16", "v100-sxm2-16g"), (r"V100", "v100-sxm2-32g"),
+    (r"MI355X", "mi355x"), (r"MI325X", "mi325x"), (r"MI300X", "mi300x"), (r"MI250X", "mi250x-gcd"),
+    (r"910C", "ascend-910c"), (r"910B", "ascend-910b"), (r"910A|Ascend[ -]?910(?![BC\d])", "ascend-910a"),
+    (r"Gaudi ?3", "gaudi3"), (r"Gaudi ?2", "gaudi2"),
+    (r"TPU ?v6e|Trillium", "tpu-v6e"), (r"TPU ?v5p", "tpu-v5p"), (r"TPU ?v5e|TPU ?v5 ?lite", "tpu-v5e"),
+    (r"TPU ?v4", "tpu-v4"), (r"Trainium ?2|Trn2", "trainium2"), (r"P800", "kunlun-p800"),
 )
 
 
@@ -65,8 +73,26 @@ def _year(row: dict) -> int | None:
     return int(m.group(0)) if m else None
 
 
+# Megatron-core's selective recompute modules (transformer_config.py recompute_modules): a row that lists them ran
+# module-level selective recomputation, costed as "selective"
+_RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "moe_act", "layernorm", "mlp", "moe", "shared_experts")
+
+
 def _recompute(text: Any) -> str:
-    t = str(text or "none").lower()
+    if isinstance(text, bool):
+        return "full" if text else "none"
+    if isinstance(text, (list, tuple)):
+        if not text:
+            return "none"
+        if all(str(x).strip().lower() in _RECOMPUTE_MODULES for x in text):
+            return "selective"
+        raise ValueError(f"cannot read recompute {text!r}: a list names Megatron's recompute_modules "
+                         f"({', '.join(_RECOMPUTE_MODULES)})")
+    t = str(text or "none").lower().strip()
+    if t in ("true", "yes", "on", "uniform", "block", "activation checkpointing", "checkpoint", "checkpointing"):
+        return "full"
+    if t in ("op", "sac", "op_sac"):
+        return "selective"
     if t.startswith("full"):
         return "full"
     if t.startswith("selective"):
@@ -535,9 +561,12 @@ def _case(row: dict, rid: str, md: dict, hw: dict, par: dict, notes: list[str], 
                           full_attention_every=md.get("full_attention_every"))
         chip_id = hw.get("chip")
         if not chip_id:
-            chip_id = next((cid for pat, cid in _GPU_MAP if re.search(pat, str(hw.get("gpu_model", "")), re.I)), None)
+            hit = next(((pat, cid) for pat, cid in _GPU_MAP if re.search(pat, str(hw.get("gpu_model", "")), re.I)),
+                       None)
+            chip_id = hit[1] if hit else None
             if chip_id is None:
-                raise ValueError(f"unknown gpu_model {hw.get('gpu_model')!r}; add hardware.chip")
+                why = "no chip file in the catalog for it" if hit else "unknown gpu_model"
+                raise ValueError(f"{why}: {hw.get('gpu_model')!r}; add hardware.chip (a catalog id or a chip file)")
         if not isinstance(chip_id, str):
             raise InputError(src, f"rows[{rid}].hardware.chip", f"expected a chip id, got {chip_id!r}")
         chip_path = Path(src).parent / chip_id
