@@ -77,6 +77,11 @@ def evaluate(
                                           help="Uneven pipeline split: transformer layers of the last stage "
                                           "(Megatron --decoder-last-pipeline-num-layers; a multiple of --vpp) "
                                           "[default: an even split]."),
+    pipeline_layout: str = typer.Option(None, "--pipeline-layout", metavar="LAYOUT",
+                                        help="Explicit layers per virtual stage (pp x vpp of them, model order): "
+                                        "Megatron's --pipeline-model-parallel-layout string (\"Et*4|(t*4|)*14tmL\") "
+                                        "or comma-separated counts (\"4,4,...,1\") [default: the split Megatron builds "
+                                        "from --first/--last-stage-layers and the accounting flags]."),
     account_for_embedding: bool = typer.Option(False, "--account-for-embedding/--no-account-for-embedding",
                                                help="Count the embedding as one pipeline layer of the first stage "
                                                "(Megatron --account-for-embedding-in-pipeline-split)."),
@@ -141,6 +146,7 @@ def evaluate(
                          recompute=recompute.value, sequence_parallel=sequence_parallel, attention=attention.value,
                          first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
                          account_for_embedding=account_for_embedding, account_for_loss=account_for_loss,
+                         pipeline_layout=_layout(pipeline_layout),
                          grad_reduce_bf16=grad_reduce_bf16, moe_a2a_overlap=moe_a2a_overlap)
         s = pick_runtime(s, m, job, runtime)
         if execution is not None:
@@ -174,3 +180,16 @@ def _emit_doc(doc: dict, fmt: Fmt, fits: bool, table_ok: bool = True) -> None:
         typer.echo(to_yaml(doc), nl=False)
     else:
         typer.echo(to_json(doc), nl=False)
+
+
+def _layout(text: str | None) -> tuple[int, ...] | None:
+    """--pipeline-layout: a Megatron layout string or comma-separated counts (io/runs.py parse_layout)."""
+    if text is None:
+        return None
+    from baige_plan.io.runs import parse_layout
+    try:
+        if all(x.strip().isdigit() for x in text.split(",")):
+            return tuple(int(x) for x in text.split(","))
+        return parse_layout(text)
+    except ValueError as e:
+        raise SpecError("--pipeline-layout", str(e)) from None

@@ -536,7 +536,7 @@ class _StageContext:
 # _stage_context keys on every other field (a field added to StrategySpec is in the key unless listed here).
 # tests/test_search_prune.py checks that the layer terms do not change with them.
 _STAGE_ONLY_FIELDS = frozenset({"pp", "dp", "vpp", "first_stage_layers", "last_stage_layers", "account_for_embedding",
-                                "account_for_loss", "balanced_partition"})
+                                "account_for_loss", "balanced_partition", "pipeline_layout"})
 
 
 @cache

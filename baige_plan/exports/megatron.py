@@ -55,7 +55,7 @@ def moe_layer_freq(moe: dict, layers: int) -> int | str:
     return "+".join(parts)
 
 
-def pipeline_layout(counts: list[int], vpp: int) -> str:
+def pipeline_layout(counts: list[int], vpp: int, mtp: int = 0) -> str:
     """--pipeline-model-parallel-layout for per-stage layer counts: pp·vpp virtual stages, listed virtual
     stage by virtual stage (chunk v of rank p is entry v·pp + p); E (embedding) first, L (loss) last.
     A stage's count is spread over its vpp chunks as evenly as possible (the first chunks take the
@@ -70,13 +70,27 @@ def pipeline_layout(counts: list[int], vpp: int) -> str:
             if v == 0 and p == 0:
                 s = "E" + s
             if v == vpp - 1 and p == pp - 1:
-                s = s + "L"
+                s = s + "m" * mtp + "L"
             out.append(s)
     return "|".join(out)
 
 
-def _split_args(counts: list[int], vpp: int, account: tuple[bool, bool] = (False, False)
-                ) -> tuple[list[tuple[str, object]], list[str]]:
+def layout_string(layout: list[int], mtp: int = 0) -> str:
+    """--pipeline-model-parallel-layout of explicit per-virtual-stage counts (model order): E first, the MTP
+    layers (m) and L last."""
+    out = []
+    for k, n in enumerate(layout):
+        s = ("t" if n == 1 else f"t*{n}") if n else ""
+        if k == 0:
+            s = "E" + s
+        if k == len(layout) - 1:
+            s = s + "m" * mtp + "L"
+        out.append(s)
+    return "|".join(out)
+
+
+def _split_args(counts: list[int], vpp: int, account: tuple[bool, bool] = (False, False),
+                layout: list[int] | None = None, mtp: int = 0) -> tuple[list[tuple[str, object]], list[str]]:
     """Pipeline split flags: nothing for an even split, else Megatron's own rule that builds exactly these
     stage counts with vpp chunks (specs/strategy.py split_fields: the plan's account_for_* flags first,
     then first/last counts, then the accounting flags), else an explicit layout. Also the vpp flag (never
@@ -85,6 +99,8 @@ def _split_args(counts: list[int], vpp: int, account: tuple[bool, bool] = (False
     vflag = [("--num-virtual-stages-per-pipeline-rank", vpp)] if vpp > 1 else []
     if pp == 1:
         return vflag, []
+    if layout:      # the plan's own layout (StrategySpec.pipeline_layout), as costed
+        return [("--pipeline-model-parallel-layout", layout_string(layout, mtp))], []
     kw = split_fields(counts, vpp, account)
     if kw is not None:
         out: list[tuple[str, object]] = []
@@ -102,7 +118,7 @@ def _split_args(counts: list[int], vpp: int, account: tuple[bool, bool] = (False
         caveats.append(f"layer split {counts} with vpp={vpp}: no first/last or embedding/loss accounting rule of "
                        "Megatron builds these stage counts with interleaving; exported as an explicit "
                        "--pipeline-model-parallel-layout whose chunks within a stage differ by at most one layer")
-    return [("--pipeline-model-parallel-layout", pipeline_layout(counts, vpp))], caveats
+    return [("--pipeline-model-parallel-layout", pipeline_layout(counts, vpp, mtp))], caveats
 
 
 def megatron_args(doc: dict) -> tuple[list[tuple[str, object]], list[str], list[str]]:
@@ -188,7 +204,8 @@ def megatron_args(doc: dict) -> tuple[list[tuple[str, object]], list[str], list[
     elif ep > 1 or etp > 1:
         caveats.append(f"ep={ep}, etp={etp} on a dense model: Megatron has no experts to split; not exported")
     split, split_caveats = _split_args(counts, vpp, (bool(s.get("account_for_embedding")),
-                                                     bool(s.get("account_for_loss"))))
+                                                     bool(s.get("account_for_loss"))),
+                                       s.get("pipeline_layout"), int(model.get("mtp_layers") or 0))
     a += split
     caveats += split_caveats
     if zero >= 3:

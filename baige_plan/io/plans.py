@@ -207,7 +207,7 @@ _STRAT_KEYS = {"tp", "pp", "dp", "cp", "ep", "zero", "micro_batch", "global_batc
                "sequence_parallel"}
 _STRAT_OPT = {"etp", "attention", "first_stage_layers", "last_stage_layers", "execution", "runtime",
               "account_for_embedding", "account_for_loss", "grad_reduce_bf16", "attention_kernel", "fp8_recipe",
-              "moe_dispatcher", "recompute_early_stop", "loss_kernel", "moe_a2a_overlap"}
+              "moe_dispatcher", "recompute_early_stop", "loss_kernel", "moe_a2a_overlap", "pipeline_layout"}
 _KNOBS = {"micro_batch", "cp", "ep", "etp", "zero", "vpp", "recompute", "sequence_parallel"}
 
 
@@ -231,7 +231,9 @@ def _check_strategy_doc(sd: dict, src: str, path: str) -> None:
     for k, v in sd.items():
         if v is None and (k in _STRAT_OPT or k == "sequence_parallel"):
             continue            # optional values: null = not set (sequence_parallel: on when tp > 1)
-        if k in _INT_FIELDS or k in _OPT_INT_FIELDS:
+        if k == "pipeline_layout":
+            ok, want = isinstance(v, list) and all(_is_int(x) and x >= 0 for x in v), "a list of integers >= 0"
+        elif k in _INT_FIELDS or k in _OPT_INT_FIELDS:
             ok, want = _is_int(v), "an integer"
         elif k in _STR_FIELDS:
             ok, want = isinstance(v, str), "a string"
@@ -293,7 +295,7 @@ def _strategy(d: dict, **over) -> StrategySpec:
     kw.update(runtimes.knobs(d.get("runtime") or runtimes.DEFAULT))
     for k in _STRAT_OPT:
         if d.get(k) is not None:
-            kw[k] = d[k]
+            kw[k] = tuple(d[k]) if k == "pipeline_layout" else d[k]
     kw.update(over)
     return StrategySpec(**kw)
 

@@ -520,6 +520,28 @@ def case_from_row(row: dict, catalog: Catalog, src: str, index: int | None = Non
         raise InputError(src, f"rows[{rid}]", str(e).splitlines()[0][:300] if str(e) else type(e).__name__) from None
 
 
+def parse_layout(v: Any) -> tuple[int, ...] | None:
+    """A run's pipeline layout: transformer layers per virtual stage, as a list or as Megatron's
+    --pipeline-model-parallel-layout string (`|` between virtual stages, `t` a transformer layer, `E` embedding,
+    `m` an MTP layer, `L` loss, `X*N` and `(...)*N` repetition: "Et*4|(t*4|)*14tmL")."""
+    if v is None:
+        return None
+    if isinstance(v, (list, tuple)):
+        if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v):
+            raise ValueError(f"pipeline_layout {v!r}: expected layer counts >= 0")
+        return tuple(v)
+    text = str(v).replace(" ", "")
+    while True:     # innermost (...)*N first
+        new = re.sub(r"\(([^()]*)\)\*(\d+)", lambda mo: mo.group(1) * int(mo.group(2)), text)
+        if new == text:
+            break
+        text = new
+    text = re.sub(r"([tEmL])\*(\d+)", lambda mo: mo.group(1) * int(mo.group(2)), text)
+    if re.search(r"[^tEmL|]", text):
+        raise ValueError(f"cannot read pipeline_layout {v!r} (Megatron layout: t, E, m, L, |, *N, (...)*N)")
+    return tuple(stage.count("t") for stage in text.rstrip("|").split("|"))
+
+
 _MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_rope_head_dim", "v_head_dim")
 
 
@@ -605,7 +627,8 @@ def _case(row: dict, rid: str, md: dict, hw: dict, par: dict, notes: list[str], 
                              f", or a framework name: {', '.join(sorted(runtimes.ALIASES))})") from None
         # DeepSpeed partitions uneven layer counts itself (StrategySpec.balanced_partition)
         balanced = runtimes.get(runtime).balanced_partition
-        first, last = (None, None) if acc_emb or acc_loss or balanced else balanced_split(model.layers, pp)
+        layout = parse_layout(par.get("pipeline_layout"))
+        first, last = (None, None) if acc_emb or acc_loss or balanced or layout else balanced_split(model.layers, pp)
         if first is not None:
             notes.append(f"uneven split: first/last stage {first}/{last} layers (embedding counted as a layer)")
         execution = par.get("execution") or _execution(par.get("framework"))
@@ -626,7 +649,7 @@ def _case(row: dict, rid: str, md: dict, hw: dict, par: dict, notes: list[str], 
                                 recompute=_recompute(par.get("recompute")),
                                 sequence_parallel=bool(sp) if sp is not None else False,
                                 attention=attention, first_stage_layers=first, last_stage_layers=last,
-                                account_for_embedding=acc_emb, account_for_loss=acc_loss,
+                                account_for_embedding=acc_emb, account_for_loss=acc_loss, pipeline_layout=layout,
                                 execution=execution, zero3_impl=zero3_impl, tp_comm_overlap=tp_overlap,
                                 runtime=runtime, attention_kernel=str(par.get("attention_kernel") or ""),
                                 fp8_recipe=str(par.get("fp8_recipe") or ""), balanced_partition=balanced,

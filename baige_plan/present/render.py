@@ -75,7 +75,8 @@ def chunk_text(chunks: tuple[int, ...] | list[int]) -> str:
 def split_text(s, e: Estimate) -> str:
     """Per-stage layer counts of an uneven split (empty for an even one): '15 | 16 x6 | 15 layers per
     stage; first/last 15/15', with each stage's chunks when vpp > 1."""
-    uneven = s.first_stage_layers or s.last_stage_layers or s.account_for_embedding or s.account_for_loss
+    uneven = s.first_stage_layers or s.last_stage_layers or s.account_for_embedding or s.account_for_loss or \
+        getattr(s, "pipeline_layout", None)
     if not e.stages or not uneven:
         return ""
     from baige_plan.specs.strategy import chunk_layers
@@ -92,6 +93,8 @@ def split_text(s, e: Estimate) -> str:
         else:
             runs.append([c, 1])
     how = []
+    if getattr(s, "pipeline_layout", None):
+        how.append("explicit layout")
     if s.first_stage_layers or s.last_stage_layers:
         how.append(f"first/last {s.first_stage_layers or '-'}/{s.last_stage_layers or '-'}")
     if s.account_for_embedding or s.account_for_loss:

@@ -363,6 +363,8 @@ class RuntimeSpec:
                            account=bool(getattr(s, "account_for_embedding", False) or getattr(s, "account_for_loss", False)))
         if v is not None:
             return v[1]
+        if getattr(s, "pipeline_layout", None) is not None and not self.uneven_interleaved:
+            return f"{self.name} has no explicit pipeline layout (Megatron --pipeline-model-parallel-layout)"
         if model is not None:
             need = [f for f, on in (("mla", getattr(model, "mla", None) is not None),
                                     ("mtp", bool(getattr(model, "mtp_layers", 0))),

@@ -50,6 +50,9 @@ class StrategySpec:
     last_stage_layers: int | None = None    # Megatron --decoder-last-pipeline-num-layers
     account_for_embedding: bool = False     # Megatron --account-for-embedding-in-pipeline-split
     account_for_loss: bool = False          # Megatron --account-for-loss-in-pipeline-split
+    # Megatron --pipeline-model-parallel-layout: transformer layers of each of the pp·vpp virtual stages in model
+    # order (virtual stage k runs on pipeline rank k % pp as its chunk k // pp), e.g. DeepSeek-V3's recipes
+    pipeline_layout: tuple[int, ...] | None = None
     grad_reduce_bf16: bool = False          # Megatron --grad-reduce-in-bf16: bf16 main grads, reduced in bf16
     fp8_param_gather: bool = False          # Megatron --fp8-param-gather: fp8 primary weights (TE fp8_model_init)
     optimizer_bytes_per_param: float = 0.0  # optimizer state per parameter before sharding; 0: the runtime's (fp32
@@ -153,6 +156,15 @@ class StrategySpec:
             if v is not None:
                 _pos(v, k)
                 require(self.pp > 1, k, f"{k}={v} needs pp > 1 (pp={self.pp})")
+        if self.pipeline_layout is not None:
+            lay = self.pipeline_layout
+            require(isinstance(lay, tuple) and all(type(x) is int and x >= 0 for x in lay), "pipeline_layout",
+                    f"must be a tuple of layer counts >= 0, got {lay!r}")
+            require(self.pp > 1 and len(lay) == self.pp * self.vpp, "pipeline_layout",
+                    f"{len(lay)} virtual stages for pp={self.pp} x vpp={self.vpp} = {self.pp * self.vpp}")
+            require(self.first_stage_layers is None and self.last_stage_layers is None
+                    and not self.account_for_embedding and not self.account_for_loss, "pipeline_layout",
+                    "cannot be combined with first/last stage layers or the accounting flags (Megatron: one of them)")
         for k in ("account_for_embedding", "account_for_loss"):
             v = getattr(self, k)
             if v is False:        # the common case, without building a message (hot in the search)
@@ -260,6 +272,13 @@ def chunk_layers(s: StrategySpec, layers: int) -> tuple[tuple[int, ...], ...]:
     The planner also wants at least one transformer layer per stage (Megatron allows an empty one with
     the accounting flags)."""
     pp, v = s.pp, s.vpp
+    lay = getattr(s, "pipeline_layout", None)
+    if lay is not None:
+        # layout: chunk c of stage p is virtual stage c·pp + p
+        require(sum(lay) == layers, "pipeline_layout", f"holds {sum(lay)} transformer layers, the model {layers}")
+        out = tuple(tuple(lay[c * pp + p] for c in range(v)) for p in range(pp))
+        require(all(sum(c) >= 1 for c in out), "pipeline_layout", "leaves a pipeline stage without transformer layers")
+        return out
     first, last = s.first_stage_layers, s.last_stage_layers
     e, lo = int(bool(s.account_for_embedding)), int(bool(s.account_for_loss))
     if e or lo:
