@@ -448,6 +448,13 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
             rec += rc
             comp += rc
         hw_flops += 3 * layer_hw
+    if s.recompute_mla_up_proj and s.recompute == "selective" and model.mla is not None:
+        # Megatron recompute_modules mla_up_proj: the q and kv up projections run again in the backward
+        redo_up = [g for g in lin if g.name in ("q_up", "q", "kv_up")]
+        rc_up = sum(gemm_time_s(g, r) for g in redo_up)
+        rec += rc_up
+        comp += rc_up
+        hw_flops += sum(g.flops for g in redo_up)
     d, e = layer_params_split(model, moe)
     dup = attention_duplicated_params(model)    # MLA's down projections: a full copy on every TP rank
     dense_p += (d - dup) / s.tp + dup
@@ -457,7 +464,8 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
     op_sac = s.recompute == "selective" and runtimes.get(s.runtime).memory.selective == "op_sac"
     act += layer_activation_bytes(model, seq, s.micro_batch, s.tp, s.cp, sp, s.recompute, std, moe, act_bytes,
                                   selective=runtimes.get(s.runtime).memory.selective,
-                                  fp8_gemm_inputs=r.dtype == "fp8" and runtimes.get(s.runtime).memory.fp8_gemm_inputs)
+                                  fp8_gemm_inputs=r.dtype == "fp8" and runtimes.get(s.runtime).memory.fp8_gemm_inputs,
+                                  mla_up_proj=s.recompute_mla_up_proj)
     mem = runtimes.get(s.runtime).memory
     if s.execution == "eager" and s.recompute != "full" and not op_sac and mem.autocast_fp32_params and s.zero < 3:
         # autocast over fp32 parameters leaves fp32 activations (measured, cost/execution.py); FSDP2's bf16

@@ -199,7 +199,8 @@ def model_state_bytes_per_param(zero: int, dp: int, weight_bytes: float = 2, gra
 
 def layer_activation_bytes(model: ModelSpec, seq_len: int, micro_batch: int, tp: int, cp: int, sp: bool,
                            recompute: str, standard_attention: bool, moe: bool = False, act_bytes: int = 2,
-                           etp: int = 1, selective: str = "core_attention", fp8_gemm_inputs: bool = False) -> float:
+                           etp: int = 1, selective: str = "core_attention", fp8_gemm_inputs: bool = False,
+                           mla_up_proj: bool = False) -> float:
     """Stored activation bytes of one transformer layer for one micro-batch (Korthikanti, term by term).
 
     Terms (per token, 16-bit, `sh` = sharded over tp only with SP):
@@ -231,6 +232,9 @@ def layer_activation_bytes(model: ModelSpec, seq_len: int, micro_batch: int, tp:
         # input), on the sequence-parallel shard
         ml = model.mla
         attn += 2 * (2 * (ml.q_lora_rank or 0) + 2 * ml.kv_lora_rank + ml.qk_rope_head_dim) / sh * ab
+        if mla_up_proj and recompute == "selective":
+            # recompute_modules mla_up_proj: Q, K and V are rebuilt from the latents in the backward, not kept
+            attn -= (2 * model.q_dim + 4 * model.kv_dim) / t * ab
     if standard_attention:
         if recompute != "selective":
             attn += (2 + 2 * drop) * a * seq_len / t * ab + drop * a * seq_len / t

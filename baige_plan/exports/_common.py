@@ -107,8 +107,10 @@ def hostfile_file(i: dict, *comments: str, fmt: str = "slots") -> ExportFile:
 
 
 def arg_lines(args: list[tuple[str, object]]) -> list[str]:
-    """(flag, value or None) pairs as one shell-quoted argument per line (launch.sh reads them with eval)."""
-    return [k if v is None else f"{k} {shlex.quote(str(v))}" for k, v in args]
+    """(flag, value or None) pairs as one shell-quoted argument per line (launch.sh reads them with eval); a
+    tuple value is several arguments (argparse nargs)."""
+    return [k if v is None else f"{k} " + " ".join(shlex.quote(str(x)) for x in v) if isinstance(v, tuple)
+            else f"{k} {shlex.quote(str(v))}" for k, v in args]
 
 
 # -- launch artifacts shared by every runtime's export (issue 17: exports as launch artifacts) ---------------

@@ -78,6 +78,18 @@ def _year(row: dict) -> int | None:
 _RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "moe_act", "layernorm", "mlp", "moe", "shared_experts")
 
 
+def _recompute_modules(par: dict) -> tuple[str, ...]:
+    """Megatron recompute_modules a row states: `parallel.recompute_modules`, or a list given as `recompute`."""
+    v = par.get("recompute_modules")
+    if v is None and isinstance(par.get("recompute"), (list, tuple)):
+        v = par["recompute"]
+    if v is None:
+        return ()
+    if not isinstance(v, (list, tuple)) or any(str(x).strip().lower() not in _RECOMPUTE_MODULES for x in v):
+        raise ValueError(f"cannot read recompute_modules {v!r} (a list of {', '.join(_RECOMPUTE_MODULES)})")
+    return tuple(str(x).strip().lower() for x in v)
+
+
 def _recompute(text: Any) -> str:
     if isinstance(text, bool):
         return "full" if text else "none"
@@ -647,6 +659,7 @@ def _case(row: dict, rid: str, md: dict, hw: dict, par: dict, notes: list[str], 
         strategy = StrategySpec(tp=par_int("tp"), pp=pp, dp=par_int("dp"), cp=par_int("cp"), ep=par_int("ep"),
                                 etp=par_int("etp"), zero=_zero(par), micro_batch=mb, vpp=vpp,
                                 recompute=_recompute(par.get("recompute")),
+                                recompute_mla_up_proj="mla_up_proj" in _recompute_modules(par),
                                 sequence_parallel=bool(sp) if sp is not None else False,
                                 attention=attention, first_stage_layers=first, last_stage_layers=last,
                                 account_for_embedding=acc_emb, account_for_loss=acc_loss, pipeline_layout=layout,
