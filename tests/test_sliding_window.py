@@ -121,3 +121,9 @@ def test_megatron_export_builds_the_window_and_says_what_it_cannot(tmp_path):
     assert args[args.index("--window-attn-skip-freq") + 1] == "2"
     text = "\n".join(p.read_text() for p in (tmp_path / "x").iterdir() if p.is_file())
     assert "attention sinks" in text
+
+
+def test_plan_refuses_a_runtime_that_does_not_build_the_model():
+    r = CliRunner().invoke(app, ["plan", "gpt-oss-120b", "h100-sxm5-80g:8x8", "--global-batch", "512", "--seq-len",
+                                 "4096", "--runtime", "torchtitan"])
+    assert r.exit_code == 2 and "torchtitan does not build sliding-window attention" in r.stderr

@@ -29,6 +29,7 @@ from baige_plan.cli.profile_opts import ProfileOpt, apply_profiles
 from baige_plan.cli.runtime_opts import check_pins_runtime, resolve_runtime
 from baige_plan.errors import InputError, SpecError
 from baige_plan.io.catalog import Catalog
+from baige_plan.specs import runtimes
 from baige_plan.specs.job import JobSpec
 
 RUNNERS_UP = 4   # runners-up stored in a plan file for `explain`
@@ -148,6 +149,9 @@ def plan(
         if objective is Objective.cost:
             money.require_prices(cl, prices)
         rt_name = resolve_runtime(runtime, cl.is_heterogeneous)
+        why = runtimes.get(rt_name).model_refusal(m)    # a model feature the runtime does not build (MLA, ...)
+        if why:
+            raise SpecError("--runtime", why)
         excluded = parse_exclude(exclude, cl)   # {group: node indices}; InputError (exit 2) on an unknown node
         if (first_stage_layers or last_stage_layers) and (account_for_embedding or account_for_loss):
             raise SpecError("--account-for-embedding", "cannot be combined with --first-stage-layers or "

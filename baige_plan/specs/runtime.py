@@ -354,6 +354,20 @@ class RuntimeSpec:
             return "precision", f"{self.name} runs precisions {list(self.precisions)}, not {precision}"
         return None
 
+    def model_refusal(self, model) -> str | None:
+        """Why this runtime cannot build `model` (a feature it lacks: model_features), None when it can."""
+        if model is None:
+            return None
+        need = [f for f, on in (("mla", getattr(model, "mla", None) is not None),
+                                ("mtp", bool(getattr(model, "mtp_layers", 0))),
+                                ("swa", getattr(model, "sliding_window", None) is not None))
+                if on and f not in self.model_features]
+        if not need:
+            return None
+        what = {"mla": "multi-head latent attention", "mtp": "multi-token prediction layers",
+                "swa": "sliding-window attention"}
+        return f"{self.name} does not build {' or '.join(what[f] for f in need)} (model {model.name}); megatron does"
+
     def refusal(self, s, model=None, job=None) -> str | None:
         """Why `s` (a StrategySpec) cannot run on this runtime, naming the values; None when it can."""
         v = self.violation(zero=s.zero, pp=s.pp, vpp=s.vpp, cp=s.cp, ep=s.ep, etp=s.etp,
@@ -365,16 +379,9 @@ class RuntimeSpec:
             return v[1]
         if getattr(s, "pipeline_layout", None) is not None and not self.uneven_interleaved:
             return f"{self.name} has no explicit pipeline layout (Megatron --pipeline-model-parallel-layout)"
-        if model is not None:
-            need = [f for f, on in (("mla", getattr(model, "mla", None) is not None),
-                                    ("mtp", bool(getattr(model, "mtp_layers", 0))),
-                                    ("swa", getattr(model, "sliding_window", None) is not None))
-                    if on and f not in self.model_features]
-            if need:
-                what = {"mla": "multi-head latent attention", "mtp": "multi-token prediction layers",
-                        "swa": "sliding-window attention"}
-                return (f"{self.name} does not build {' or '.join(what[f] for f in need)} (model {model.name}); "
-                        "megatron does")
+        why = self.model_refusal(model)
+        if why:
+            return why
         if getattr(s, "grad_reduce_bf16", False):
             if not self.bf16_grad_reduce:
                 return f"{self.name} has no bf16 gradient-reduction option (Megatron --grad-reduce-in-bf16)"
