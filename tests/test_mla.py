@@ -127,7 +127,7 @@ def test_mla_up_proj_recompute_drops_q_k_v_and_reruns_the_up_projections():
     cl, _ = Catalog.create([]).cluster("gb200:4x64")
     g = cl.groups[0]
     base = dict(tp=1, pp=4, dp=64, ep=64, micro_batch=1, recompute="selective", **runtimes.knobs("megatron"))
-    s0, s1 = StrategySpec(**base), StrategySpec(**base, recompute_mla_up_proj=True)
+    s0, s1 = StrategySpec(**base), StrategySpec(**base, recompute_modules="mla_up_proj")
     t0, t1 = (_StageContext(g, "bf16", s, None, True).layer_terms(DSV3, s, 4096, 4096.0, False, False, True, None)
               for s in (s0, s1))
     # Q (128 x 192), K (128 x 192) and V (128 x 128) of 4096 tokens in bf16 are no longer kept
@@ -135,15 +135,17 @@ def test_mla_up_proj_recompute_drops_q_k_v_and_reruns_the_up_projections():
     # the q and kv up projections run once more: 2 x 4096 x (1536 x 24576 + 512 x 32768) FLOPs
     assert t1["hw"] - t0["hw"] == pytest.approx(2 * 4096 * (1536 * 24576 + 512 * 32768))
     assert t1["rec"] > t0["rec"]
-    with pytest.raises(SpecError, match="recompute_mla_up_proj"):
-        StrategySpec(recompute="full", recompute_mla_up_proj=True)
+    with pytest.raises(SpecError, match="recompute_modules"):
+        StrategySpec(recompute="full", recompute_modules="mla_up_proj")
+    with pytest.raises(SpecError, match="recompute_modules"):
+        StrategySpec(recompute="selective", recompute_modules="mlp")
 
 
 def test_corpus_rows_name_their_recompute_modules():
     from baige_plan.io.runs import load_runs
     cases = {c.id: c for c in load_runs(ROOT / "benchmarks" / "corpus" / "mbridge_perf_2511.yaml", Catalog.create([]))}
     c = cases["mbridge_perf_2511_deepseek_v3_gb200_256gpu_bf16"]
-    assert c.strategy.recompute == "selective" and c.strategy.recompute_mla_up_proj
+    assert c.strategy.recompute == "selective" and c.strategy.recompute_modules == "mla_up_proj"
     assert c.strategy.pipeline_layout == (4,) * 15 + (1,) and c.model.mtp_layers == 0
     assert cases["mbridge_perf_2511_deepseek_v3_b200_256gpu_mxfp8"].model.mtp_layers == 1
 
@@ -154,3 +156,15 @@ def test_nargs_arguments_are_separate_words():
     from baige_plan.exports._common import arg_lines
     line, = arg_lines([("--recompute-modules", ("core_attn", "mla_up_proj"))])
     assert shlex.split(line) == ["--recompute-modules", "core_attn", "mla_up_proj"]
+
+
+def test_layernorm_and_moe_act_recompute_drop_what_they_rebuild():
+    from baige_plan.cost.memory import layer_activation_bytes
+    kw = dict(seq_len=4096, micro_batch=1, tp=1, cp=1, sp=False, recompute="selective", standard_attention=False,
+              moe=True)
+    base = layer_activation_bytes(DSV3, **kw)
+    # per token, bf16: the two norms' outputs 2 x 7168 x 2 B; the routed experts' activation output 8 x 2048 x 2 B
+    assert base - layer_activation_bytes(DSV3, **kw, modules="layernorm") == pytest.approx(4096 * 2 * 7168 * 2)
+    assert base - layer_activation_bytes(DSV3, **kw, modules="moe_act") == pytest.approx(4096 * 8 * 2048 * 2)
+    assert layer_activation_bytes(DSV3, **dict(kw, moe=False), modules="moe_act") == \
+        layer_activation_bytes(DSV3, **dict(kw, moe=False))

@@ -448,7 +448,7 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
             rec += rc
             comp += rc
         hw_flops += 3 * layer_hw
-    if s.recompute_mla_up_proj and s.recompute == "selective" and model.mla is not None:
+    if "mla_up_proj" in s.recompute_modules and s.recompute == "selective" and model.mla is not None:
         # Megatron recompute_modules mla_up_proj: the q and kv up projections run again in the backward
         redo_up = [g for g in lin if g.name in ("q_up", "q", "kv_up")]
         rc_up = sum(gemm_time_s(g, r) for g in redo_up)
@@ -465,7 +465,7 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
     act += layer_activation_bytes(model, seq, s.micro_batch, s.tp, s.cp, sp, s.recompute, std, moe, act_bytes,
                                   selective=runtimes.get(s.runtime).memory.selective,
                                   fp8_gemm_inputs=r.dtype == "fp8" and runtimes.get(s.runtime).memory.fp8_gemm_inputs,
-                                  mla_up_proj=s.recompute_mla_up_proj)
+                                  modules=s.recompute_modules)
     mem = runtimes.get(s.runtime).memory
     if s.execution == "eager" and s.recompute != "full" and not op_sac and mem.autocast_fp32_params and s.zero < 3:
         # autocast over fp32 parameters leaves fp32 activations (measured, cost/execution.py); FSDP2's bf16

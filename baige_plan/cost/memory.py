@@ -200,7 +200,7 @@ def model_state_bytes_per_param(zero: int, dp: int, weight_bytes: float = 2, gra
 def layer_activation_bytes(model: ModelSpec, seq_len: int, micro_batch: int, tp: int, cp: int, sp: bool,
                            recompute: str, standard_attention: bool, moe: bool = False, act_bytes: int = 2,
                            etp: int = 1, selective: str = "core_attention", fp8_gemm_inputs: bool = False,
-                           mla_up_proj: bool = False) -> float:
+                           modules: str = "") -> float:
     """Stored activation bytes of one transformer layer for one micro-batch (Korthikanti, term by term).
 
     Terms (per token, 16-bit, `sh` = sharded over tp only with SP):
@@ -232,7 +232,7 @@ def layer_activation_bytes(model: ModelSpec, seq_len: int, micro_batch: int, tp:
         # input), on the sequence-parallel shard
         ml = model.mla
         attn += 2 * (2 * (ml.q_lora_rank or 0) + 2 * ml.kv_lora_rank + ml.qk_rope_head_dim) / sh * ab
-        if mla_up_proj and recompute == "selective":
+        if "mla_up_proj" in modules and recompute == "selective":
             # recompute_modules mla_up_proj: Q, K and V are rebuilt from the latents in the backward, not kept
             attn -= (2 * model.q_dim + 4 * model.kv_dim) / t * ab
     if standard_attention:
@@ -251,6 +251,15 @@ def layer_activation_bytes(model: ModelSpec, seq_len: int, micro_batch: int, tp:
         mlp += 2 * h * model.moe.top_k / t * ab   # permuted token copies held for the combine
     if fp8_gemm_inputs:
         mlp -= h / sh + model.o_dim / t + h / sh + f_tok   # 1 B of the 2 of each saved GEMM input
+    if modules and recompute == "selective":
+        # Megatron recompute_modules (StrategySpec.recompute_modules): what the backward rebuilds is not kept
+        gemm_in = 1.0 if fp8_gemm_inputs else 2 * ab        # a saved GEMM input, per element
+        if "layernorm" in modules:      # the two norms' outputs, the QKV and first MLP GEMMs' inputs
+            mlp -= 2 * h / sh * gemm_in
+        if "moe_act" in modules and moe and model.moe is not None:
+            # the routed experts' activation output (the second expert GEMM's input); the shared experts are
+            # another module (shared_experts)
+            mlp -= model.moe.expert_ffn_hidden * model.moe.top_k / t * gemm_in
     return tokens * (attn + mlp)
 
 

@@ -247,8 +247,8 @@ def megatron_args(doc: dict) -> tuple[list[tuple[str, object]], list[str], list[
     rec = s.get("recompute", "none")
     if rec == "selective":
         a.append(("--recompute-granularity", "selective"))
-        if s.get("recompute_mla_up_proj"):     # megatron/training/arguments.py --recompute-modules (nargs *)
-            a.append(("--recompute-modules", ("core_attn", "mla_up_proj")))
+        if s.get("recompute_modules"):     # megatron/training/arguments.py --recompute-modules (nargs *)
+            a.append(("--recompute-modules", ("core_attn", *s["recompute_modules"].split(","))))
     elif rec == "full":
         a += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"), ("--recompute-num-layers", 1)]
     if s.get("attention") == "standard":

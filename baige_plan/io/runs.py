@@ -26,7 +26,7 @@ from baige_plan.limits import MAX_DEVICES, MAX_RUN_ROWS
 from baige_plan.specs import runtimes
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import MLASpec, ModelSpec, MoESpec
-from baige_plan.specs.strategy import StrategySpec, check_strategy
+from baige_plan.specs.strategy import RECOMPUTE_MODULES, StrategySpec, check_strategy
 from baige_plan.specs.topology import ClusterSpec, GroupSpec
 
 # gpu_model text -> catalog chip id (first match wins)
@@ -88,6 +88,16 @@ def _recompute_modules(par: dict) -> tuple[str, ...]:
     if not isinstance(v, (list, tuple)) or any(str(x).strip().lower() not in _RECOMPUTE_MODULES for x in v):
         raise ValueError(f"cannot read recompute_modules {v!r} (a list of {', '.join(_RECOMPUTE_MODULES)})")
     return tuple(str(x).strip().lower() for x in v)
+
+
+def _modelled_modules(par: dict, notes: list[str]) -> str:
+    """StrategySpec.recompute_modules of a row: the modules it states that the cost model knows (core_attn is
+    "selective" itself); the others are named in the row's notes as not modelled."""
+    mods = _recompute_modules(par)
+    other = [x for x in mods if x not in RECOMPUTE_MODULES and x != "core_attn"]
+    if other:
+        notes.append(f"recompute_modules {', '.join(other)}: not modelled (costed as plain selective recompute)")
+    return ",".join(x for x in RECOMPUTE_MODULES if x in mods)
 
 
 def _recompute(text: Any) -> str:
@@ -659,7 +669,7 @@ def _case(row: dict, rid: str, md: dict, hw: dict, par: dict, notes: list[str], 
         strategy = StrategySpec(tp=par_int("tp"), pp=pp, dp=par_int("dp"), cp=par_int("cp"), ep=par_int("ep"),
                                 etp=par_int("etp"), zero=_zero(par), micro_batch=mb, vpp=vpp,
                                 recompute=_recompute(par.get("recompute")),
-                                recompute_mla_up_proj="mla_up_proj" in _recompute_modules(par),
+                                recompute_modules=_modelled_modules(par, notes),
                                 sequence_parallel=bool(sp) if sp is not None else False,
                                 attention=attention, first_stage_layers=first, last_stage_layers=last,
                                 account_for_embedding=acc_emb, account_for_loss=acc_loss, pipeline_layout=layout,

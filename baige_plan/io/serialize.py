@@ -61,8 +61,8 @@ def strategy_dict(s: StrategySpec, global_batch: int) -> dict:
         d["account_for_embedding"] = True
     if s.account_for_loss:        # Megatron --account-for-loss-in-pipeline-split
         d["account_for_loss"] = True
-    if s.recompute_mla_up_proj:    # Megatron --recompute-modules core_attn mla_up_proj
-        d["recompute_mla_up_proj"] = True
+    if s.recompute_modules:       # Megatron --recompute-modules core_attn + these
+        d["recompute_modules"] = s.recompute_modules
     if s.pipeline_layout is not None:   # Megatron --pipeline-model-parallel-layout: layers per virtual stage
         d["pipeline_layout"] = list(s.pipeline_layout)
     if s.grad_reduce_bf16:        # Megatron --grad-reduce-in-bf16

@@ -32,6 +32,10 @@ def _pos(v, name: str) -> None:
     require(v <= hi, name, f"{v:,} exceeds the limit of {hi:,}")
 
 
+# Megatron recompute_modules the cost model knows beyond core_attn (StrategySpec.recompute_modules)
+RECOMPUTE_MODULES = ("mla_up_proj", "moe_act", "layernorm")
+
+
 @dataclass(frozen=True)
 class StrategySpec:
     tp: int = 1
@@ -84,8 +88,10 @@ class StrategySpec:
                                             # full = every layer / the iteration); cost/moe.py host-bound MoE layers
     moe_dispatcher: str = ""                # MoE token dispatcher (alltoall | allgather | flex = DeepEP/HybridEP);
                                             # "": alltoall, what the runtimes' MoE recipes run (cost/moe.py)
-    recompute_mla_up_proj: bool = False     # Megatron --recompute-modules mla_up_proj (with core_attn): MLA's up
-                                            # projections run again in the backward instead of keeping Q, K, V
+    # Megatron --recompute-modules beyond core_attn (comma-separated, selective recompute): mla_up_proj (MLA's up
+    # projections run again instead of keeping Q, K, V), moe_act (the experts' activation function), layernorm
+    # (the two norms' outputs); cost/memory.py layer_activation_bytes, cost/estimate.py _layer_terms
+    recompute_modules: str = ""
     moe_a2a_overlap: bool = False           # Megatron-core overlap_moe_expert_parallel_comm: one micro-batch's
                                             # forward runs beside another's backward, layer by layer, so each
                                             # one's EP all-to-alls overlap the other's compute (cost/moe.py
@@ -158,9 +164,11 @@ class StrategySpec:
             if v is not None:
                 _pos(v, k)
                 require(self.pp > 1, k, f"{k}={v} needs pp > 1 (pp={self.pp})")
-        if self.recompute_mla_up_proj:
-            require(self.recompute == "selective", "recompute_mla_up_proj",
-                    f"is a selective recompute module: needs recompute selective, got {self.recompute!r}")
+        if self.recompute_modules:
+            bad = [x for x in self.recompute_modules.split(",") if x not in RECOMPUTE_MODULES]
+            require(not bad, "recompute_modules", f"must list {', '.join(RECOMPUTE_MODULES)}, got {bad!r}")
+            require(self.recompute == "selective", "recompute_modules",
+                    f"are selective recompute modules: need recompute selective, got {self.recompute!r}")
         if self.pipeline_layout is not None:
             lay = self.pipeline_layout
             require(isinstance(lay, tuple) and all(type(x) is int and x >= 0 for x in lay), "pipeline_layout",
