@@ -4,6 +4,8 @@ the runs-file and CLI forms, and runtimes without them."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from typer.testing import CliRunner
 
@@ -79,3 +81,29 @@ def test_evaluate_takes_the_layout_and_costs_the_stages_it_builds():
     assert d["breakdown_s"]["pp_bubble"] < 0.3 * d1["breakdown_s"]["pp_bubble"]
     r2 = runner.invoke(app, base + ["--vpp", "4", "--pipeline-layout", "E|x"])
     assert r2.exit_code == 2 and "--pipeline-layout" in r2.stderr
+
+
+def test_unstated_deepseek_layout_is_the_recipes():
+    from baige_plan.io.runs import recipe_layout
+    # NVIDIA-NeMo/Megatron-Bridge@7af9601c recipes/deepseek/deepseek_v3.py layout_map, transcribed (decoder layers of
+    # each virtual stage; the MTP and loss entries carry no transformer layer)
+    layout_map = {(4, 4): [4] * 15 + [1], (8, 2): [4] * 15 + [1], (16, 1): [4] * 15 + [1],
+                  (4, 2): [8] * 7 + [5], (8, 1): [8] * 7 + [5]}
+    for (pp, vp), want in layout_map.items():
+        assert list(recipe_layout(61, pp, vp)) == want
+
+
+def test_a_deepseek_row_without_a_layout_gets_the_recipes(tmp_path):
+    import yaml
+
+    from baige_plan.io.catalog import Catalog
+    from baige_plan.io.runs import load_runs
+    src = Path(__file__).resolve().parents[1] / "benchmarks" / "corpus" / "mbridge_perf_2511.yaml"
+    rows = yaml.safe_load(src.read_text())["rows"]
+    row = next(r for r in rows if r["id"] == "mbridge_perf_2511_deepseek_v3_gb200_256gpu_bf16")
+    del row["parallel"]["pipeline_layout"]
+    p = tmp_path / "r.yaml"
+    p.write_text(yaml.safe_dump({"schema_version": 1, "rows": [row]}))
+    (case,) = load_runs(p, Catalog.create([]))
+    assert case.strategy.pipeline_layout == DSV3_44
+    assert any("pipeline layout unstated" in n for n in case.assumptions)

@@ -542,6 +542,16 @@ def case_from_row(row: dict, catalog: Catalog, src: str, index: int | None = Non
         raise InputError(src, f"rows[{rid}]", str(e).splitlines()[0][:300] if str(e) else type(e).__name__) from None
 
 
+def recipe_layout(layers: int, pp: int, vpp: int) -> tuple[int, ...]:
+    """The layout Megatron-Bridge's DeepSeek recipes give pp x vpp virtual stages (NVIDIA-NeMo/Megatron-Bridge@7af9601c
+    src/megatron/bridge/recipes/deepseek/deepseek_v3.py layout_map: (4, 4), (8, 2), (16, 1) -> 4 layers on each
+    virtual stage and 1 on the last; (4, 2), (8, 1) -> 8 and 5): ceil(layers / (pp x vpp)) on every virtual stage,
+    the rest on the last."""
+    n = pp * vpp
+    per = -(-layers // n)
+    return (per,) * (n - 1) + (layers - per * (n - 1),)
+
+
 def parse_layout(v: Any) -> tuple[int, ...] | None:
     """A run's pipeline layout: transformer layers per virtual stage, as a list or as Megatron's
     --pipeline-model-parallel-layout string (`|` between virtual stages, `t` a transformer layer, `E` embedding,
@@ -650,6 +660,11 @@ def _case(row: dict, rid: str, md: dict, hw: dict, par: dict, notes: list[str], 
         # DeepSpeed partitions uneven layer counts itself (StrategySpec.balanced_partition)
         balanced = runtimes.get(runtime).balanced_partition
         layout = parse_layout(par.get("pipeline_layout"))
+        if layout is None and not (acc_emb or acc_loss) and model.mla is not None and _megatron_recipe(par) \
+                and model.layers % (pp * vpp) and par.get("first_stage_layers") is None:
+            layout = recipe_layout(model.layers, pp, vpp)
+            notes.append(f"pipeline layout unstated: {list(layout)} (Megatron-Bridge's DeepSeek recipes: "
+                         "recipes/deepseek/deepseek_v3.py layout_map)")
         first, last = (None, None) if acc_emb or acc_loss or balanced or layout else balanced_split(model.layers, pp)
         if first is not None:
             notes.append(f"uneven split: first/last stage {first}/{last} layers (embedding counted as a layer)")

@@ -315,7 +315,8 @@ def chunk_layers(s: StrategySpec, layers: int) -> tuple[tuple[int, ...], ...]:
     if first is None and last is None:
         require(layers % (pp * v) == 0, "pp",
                 f"layers={layers} is not divisible by pp·vpp = {pp}·{v} = {pp * v}; "
-                "set first/last stage layers or account for embedding/loss for an uneven split")
+                "set first/last stage layers, account for embedding/loss, or give an explicit pipeline layout "
+                "(--pipeline-layout) for an uneven split")
         return ((layers // (pp * v),) * v,) * pp
     middle = pp - (first is not None) - (last is not None)
     rest = layers - (first or 0) - (last or 0)
