@@ -799,15 +799,15 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
             last_i = model.layers - 1
             lt = ctx.layer_terms(model, s, seq, tokens, sp, std, model.is_moe_layer(last_i), None,
                                  model.is_window_layer(last_i))
-            eh = gemm_time_s(Gemm("mtp_eh_proj", tokens, model.hidden / s.tp, 2 * model.hidden), r)
+            eh_gemm = Gemm("mtp_eh_proj", tokens, model.hidden / s.tp, 2 * model.hidden)
+            eh = gemm_time_s(eh_gemm, r)
             fwd += k * (lt["fwd"] + eh + lg_f)
             bwd += k * (lt["bwd"] + lt["rec"] + 2 * eh + lg_b)
             comp += k * (lt["comp"] + 3 * eh + lg_f + lg_b)
             tp_t += k * lt["tp"]
             ep_t += k * lt["ep"]
             cp_t += k * lt["cp"]
-            hw_flops += k * (lt["hw"] + 3 * 2.0 * tokens * model.hidden / s.tp * 2 * model.hidden
-                             + 3 * logits_gemm(model, tokens, s.tp).flops)
+            hw_flops += k * (lt["hw"] + 3 * eh_gemm.flops + 3 * logits_gemm(model, tokens, s.tp).flops)
             dense_p += k * (lt["dense_p"] + 2 * model.hidden * model.hidden / s.tp)
             expert_p += k * lt["expert_p"]
             act += k * lt["act"]

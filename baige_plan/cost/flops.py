@@ -34,7 +34,7 @@ def megatron_model_flops(model: ModelSpec, batch: int, seq_len: int) -> float:
     """
     h, s = model.hidden, seq_len
     q, kv = model.q_dim, model.kv_dim
-    n_window = sum(1 for i in range(model.layers) if model.is_window_layer(i))
+    n_window = model.window_layers_in(0, model.layers)
     if model.mla is not None:
         # the `multi_latent_attention` branch: q (lora) + kv lora + rotary key + output projection, and the
         # causal core with query/key head width qk + rope and value head width v

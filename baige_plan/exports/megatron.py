@@ -60,19 +60,8 @@ def pipeline_layout(counts: list[int], vpp: int, mtp: int = 0) -> str:
     stage by virtual stage (chunk v of rank p is entry v·pp + p); E (embedding) first, L (loss) last.
     A stage's count is spread over its vpp chunks as evenly as possible (the first chunks take the
     remainder)."""
-    pp = len(counts)
     chunks = [[c // vpp + (1 if v < c % vpp else 0) for v in range(vpp)] for c in counts]
-    out = []
-    for v in range(vpp):
-        for p in range(pp):
-            n = chunks[p][v]
-            s = ("t" if n == 1 else f"t*{n}") if n else ""
-            if v == 0 and p == 0:
-                s = "E" + s
-            if v == vpp - 1 and p == pp - 1:
-                s = s + "m" * mtp + "L"
-            out.append(s)
-    return "|".join(out)
+    return layout_string([chunks[p][v] for v in range(vpp) for p in range(len(counts))], mtp)
 
 
 def layout_string(layout: list[int], mtp: int = 0) -> str:

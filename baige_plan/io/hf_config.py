@@ -184,7 +184,7 @@ def _first_dense(r: _Reader, layers: int) -> int:
     return len(idx)
 
 
-def _mla_moe(r: _Reader, model_type: str, layers: int) -> MoESpec | None:
+def _mla_moe(r: _Reader, model_type: str) -> MoESpec | None:
     """DeepSeek-style MoE (module docstring); None when the config has no routed experts."""
     experts = r.int_("n_routed_experts", default=None)
     if experts is None:
@@ -251,7 +251,7 @@ def _mla(r: _Reader) -> MLASpec:
 
 def _moe(r: _Reader, model_type: str, layers: int) -> MoESpec | None:
     if model_type in _MLA_TYPES:
-        return _mla_moe(r, model_type, layers)
+        return _mla_moe(r, model_type)
     if model_type not in _MOE:
         return None
     experts = r.int_("num_local_experts", "num_experts")

@@ -75,7 +75,7 @@ def _year(row: dict) -> int | None:
 
 # Megatron-core's selective recompute modules (transformer_config.py recompute_modules): a row that lists them ran
 # module-level selective recomputation, costed as "selective"
-_RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "moe_act", "layernorm", "mlp", "moe", "shared_experts")
+_MEGATRON_RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "moe_act", "layernorm", "mlp", "moe", "shared_experts")
 
 
 def _recompute_modules(par: dict) -> tuple[str, ...]:
@@ -85,8 +85,8 @@ def _recompute_modules(par: dict) -> tuple[str, ...]:
         v = par["recompute"]
     if v is None:
         return ()
-    if not isinstance(v, (list, tuple)) or any(str(x).strip().lower() not in _RECOMPUTE_MODULES for x in v):
-        raise ValueError(f"cannot read recompute_modules {v!r} (a list of {', '.join(_RECOMPUTE_MODULES)})")
+    if not isinstance(v, (list, tuple)) or any(str(x).strip().lower() not in _MEGATRON_RECOMPUTE_MODULES for x in v):
+        raise ValueError(f"cannot read recompute_modules {v!r} (a list of {', '.join(_MEGATRON_RECOMPUTE_MODULES)})")
     return tuple(str(x).strip().lower() for x in v)
 
 
@@ -106,10 +106,10 @@ def _recompute(text: Any) -> str:
     if isinstance(text, (list, tuple)):
         if not text:
             return "none"
-        if all(str(x).strip().lower() in _RECOMPUTE_MODULES for x in text):
+        if all(str(x).strip().lower() in _MEGATRON_RECOMPUTE_MODULES for x in text):
             return "selective"
         raise ValueError(f"cannot read recompute {text!r}: a list names Megatron's recompute_modules "
-                         f"({', '.join(_RECOMPUTE_MODULES)})")
+                         f"({', '.join(_MEGATRON_RECOMPUTE_MODULES)})")
     t = str(text or "none").lower().strip()
     if t in ("true", "yes", "on", "uniform", "block", "activation checkpointing", "checkpoint", "checkpointing"):
         return "full"

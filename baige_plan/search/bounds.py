@@ -264,7 +264,10 @@ class Bounds:
                          sequence_parallel=bool(sp), attention=ATTENTION[att], **self.knobs)
         # the cheapest layer of each kind: a sliding-window layer where the model has them (fewer keys, never slower)
         def pick(moe: bool) -> int | None:
-            kind = [i for i in range(m.layers) if m.is_moe_layer(i) == moe]
+            kind = (i for i in range(m.layers) if m.is_moe_layer(i) == moe)
+            if m.sliding_window is None:
+                return next(kind, None)
+            kind = list(kind)
             return next((i for i in kind if m.is_window_layer(i)), kind[0] if kind else None)
         dense_i, moe_i = pick(False), pick(True)
         c = {}

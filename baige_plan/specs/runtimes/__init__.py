@@ -45,10 +45,14 @@ ALIASES: dict[str, tuple[str, str]] = {
 }
 
 
+def _key(name) -> str:
+    return str(name).strip().lower().replace("_", "-")
+
+
 def canonical(name: str) -> str:
     """The runtime that `name` names: a runtime (NAMES, BACKTEST_ONLY) or a framework alias (ALIASES), in any case,
     '_' read as '-'. SpecError naming both lists otherwise."""
-    key = str(name).strip().lower().replace("_", "-")
+    key = _key(name)
     if key in NAMES + BACKTEST_ONLY:
         return key
     if key in ALIASES:
@@ -59,7 +63,7 @@ def canonical(name: str) -> str:
 
 def alias_note(name: str) -> str | None:
     """'NAME: costed as RUNTIME (why)' when `name` is a framework alias, None for a runtime's own name."""
-    key = str(name).strip().lower().replace("_", "-")
+    key = _key(name)
     if key in ALIASES:
         rt, why = ALIASES[key]
         return f"{name}: costed as {rt} ({why})"
