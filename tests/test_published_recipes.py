@@ -39,7 +39,8 @@ def row(rid: str, shape=None, params=8030519296, chip="h100-sxm5-80g", family="n
             "params": params, "chip": chip, "family": family, "gpus": gpus, "gpus_per_node": 8, "tp": tp, "pp": pp,
             "cp": cp, "ep": 1, "etp": 1, "vpp": vpp, "micro_batch": mb, "zero": zero, "recompute": recompute,
             "sequence_parallel": tp > 1, "first_stage_layers": None, "last_stage_layers": None,
-            "account_for_embedding": False, "account_for_loss": False, "precision": precision, "seq_len": 8192,
+            "account_for_embedding": False, "account_for_loss": False, "pipeline_layout": None,
+            "recompute_modules": "", "precision": precision, "seq_len": 8192,
             "global_batch": 512, "runtime": runtime, "measured_step_time_s": step}
     return [vals[k] for k in COLUMNS]
 
@@ -118,6 +119,28 @@ def test_layouts_of_the_nearest_model():
     idx = index(row("a", tp=2, gpus=64), row("b", tp=1, pp=2, vpp=2, gpus=8),
                 row("other", shape=OTHER, params=8833571226, tp=8))
     assert layouts(idx, LLAMA8, H100_16) == {(2, 1, 1, 1, 1), (1, 2, 1, 1, 2)}
+
+
+def test_recipe_with_an_explicit_pipeline_layout_adapts():
+    """DeepSeek-V3's 61 layers on pp 4 x vpp 4 split only with Megatron's explicit layout (61 is not a multiple of
+    16): Megatron-Bridge's recipe puts ceil(61 / 16) = 4 layers on each of the first 15 virtual stages and the last
+    one on the 16th (deepseek_v3.py layout_map). The index row carries that layout and the selective recompute's
+    modules, and the recipe adapts with both; without the layout it cannot be built, so it is skipped."""
+    dsv3 = CAT.model("deepseek-v3")
+    e = dsv3.moe
+    shape = [dsv3.layers, dsv3.hidden, dsv3.heads, dsv3.kv_heads, dsv3.ffn_hidden, dsv3.vocab, e.experts, e.top_k,
+             e.expert_ffn_hidden]
+    layout = [4] * 15 + [1]
+    r = row("dsv3", shape=shape, params=671_000_000_000, chip="gb200", gpus=256, pp=4, vpp=4)
+    r[COLUMNS.index("ep")] = 64
+    r[COLUMNS.index("pipeline_layout")] = layout
+    r[COLUMNS.index("recompute_modules")] = "mla_up_proj"
+    job = JobSpec(4096, 4096, "bf16")
+    s = adapt(index(r)[0], dsv3, 256, job, "megatron")
+    assert s is not None and s.pipeline_layout == tuple(layout) and sum(s.pipeline_layout) == 61
+    assert (s.tp, s.pp, s.vpp, s.ep, s.dp) == (1, 4, 4, 64, 64) and s.recompute_modules == "mla_up_proj"
+    r[COLUMNS.index("pipeline_layout")] = None
+    assert adapt(index(r)[0], dsv3, 256, job, "megatron") is None
 
 
 def test_bad_index_is_one_error():

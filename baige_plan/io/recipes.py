@@ -12,12 +12,13 @@ table (one flow list per line, the values in `columns` order) so that it stays s
     columns: [id, source, model, layers, hidden, heads, kv_heads, ffn_hidden, vocab, experts, top_k,
               expert_ffn_hidden, params, chip, family, gpus, gpus_per_node, tp, pp, cp, ep, etp, vpp, micro_batch,
               zero, recompute, sequence_parallel, first_stage_layers, last_stage_layers, account_for_embedding,
-              account_for_loss, precision, seq_len, global_batch, runtime, measured_step_time_s]
+              account_for_loss, pipeline_layout, recompute_modules, precision, seq_len, global_batch, runtime, measured_step_time_s]
     rows:
     - ["nemo_perf_2502_gpt3_175b_b200_512gpu_fp8", "nemo_perf_2502", "GPT-3 175B ...", 96, 12288, ...]
 
 (model: the model's name in the source; experts, top_k, expert_ffn_hidden 0: a dense model; params: total
-parameters, cost/params.py; first/last_stage_layers null: not set; measured_step_time_s null: not published.)
+parameters, cost/params.py; first/last_stage_layers null: not set; pipeline_layout: transformer layers per virtual
+stage, null: not set; recompute_modules: Megatron's beyond core_attn under selective recompute, "" none; measured_step_time_s null: not published.)
 
 The nearest recipe (`candidates`, `nearest`): a recipe is near when it ran on the user's chip family and its
 model has the user's shape (layers, hidden, heads, kv_heads, ffn_hidden, vocab, experts, top_k,
@@ -27,7 +28,8 @@ count; then the same chip, else the same family; then the plan's runtime (a reci
 kept, after); then the closest GPU count (by ratio; the smaller count on equal ratios); then the job's
 precision; then the fastest measured (tokens/s per GPU: the recipe worth copying); then the id. The first one
 that adapts is taken (`adapt`): its tp,
-pp, cp, ep, etp, vpp, micro-batch, recompute, ZeRO stage, sequence parallelism and layer split are kept, dp =
+pp, cp, ep, etp, vpp, micro-batch, recompute, ZeRO stage, sequence parallelism and layer split (first / last stage
+layers, or the explicit pipeline layout: DeepSeek-V3's 61 layers on pp 4 x vpp 4) are kept, dp =
 devices / (tp·pp·cp); a recipe whose tp·pp·cp does not divide the devices, whose batch does not split over
 dp x micro-batch, that the model's shape refuses (heads, layers, experts) or that the runtime does not run is
 skipped. Its estimate is the cost model's on the user's cluster, job and runtime, whether or not it fits.
@@ -57,10 +59,11 @@ RECIPES_SCHEMA = "baige-plan/recipes/v1"
 PARAMS_RATIO = 2.0      # a model of another shape is near when its parameters are within this factor
 SHAPE = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "experts", "top_k", "expert_ffn_hidden")
 LAYOUT = ("tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "zero", "recompute", "sequence_parallel",
-          "first_stage_layers", "last_stage_layers", "account_for_embedding", "account_for_loss")
+          "first_stage_layers", "last_stage_layers", "account_for_embedding", "account_for_loss", "pipeline_layout",
+          "recompute_modules")
 COLUMNS = ("id", "source", "model", *SHAPE, "params", "chip", "family", "gpus", "gpus_per_node", *LAYOUT,
            "precision", "seq_len", "global_batch", "runtime", "measured_step_time_s")
-_STR = {"id", "source", "model", "chip", "family", "precision", "runtime"}
+_STR = {"id", "source", "model", "chip", "family", "precision", "runtime", "recompute_modules"}
 _BOOL = {"sequence_parallel", "account_for_embedding", "account_for_loss"}
 _OPT_INT = {"first_stage_layers", "last_stage_layers"}
 _MIN = {"zero": 0, **{k: 0 for k in SHAPE}}   # other integers are >= 1
@@ -111,6 +114,10 @@ def _value(k: str, v: Any, src: str, where: str) -> Any:
         ok = v in RECOMPUTE
     elif k == "measured_step_time_s":
         ok = v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0)
+    elif k == "pipeline_layout":      # transformer layers per virtual stage (StrategySpec.pipeline_layout)
+        ok = v is None or (isinstance(v, list) and all(type(x) is int and x >= 0 for x in v))
+        if ok and v is not None:
+            return tuple(v)
     else:
         ok = (v is None and k in _OPT_INT) or (isinstance(v, int) and not isinstance(v, bool) and v >= _MIN.get(k, 1))
     if not ok:
@@ -160,6 +167,7 @@ def recipe_row(case) -> list:
     vals = {"id": case.id, "model": m.name, **dict(zip(SHAPE, shape_of(m), strict=True)), "params": total_params(m),
             "chip": g.chip.id, "family": g.chip.family, "gpus": case.cluster.devices, "gpus_per_node": g.devices_per_node,
             **{k: getattr(s, k) for k in LAYOUT}, "sequence_parallel": bool(s.sequence_parallel),
+            "pipeline_layout": None if s.pipeline_layout is None else list(s.pipeline_layout),
             "precision": case.job.precision, "seq_len": case.job.seq_len, "global_batch": case.job.global_batch,
             "runtime": s.runtime, "measured_step_time_s": None if step is None else float(f"{step:.6g}")}
     return [vals[k] for k in COLUMNS if k != "source"]
@@ -172,6 +180,8 @@ def _scalar(v: Any) -> str:
         return "true" if v else "false"
     if isinstance(v, str):
         return json.dumps(v, ensure_ascii=False)     # a JSON string is a YAML double-quoted scalar
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_scalar(x) for x in v) + "]"
     return repr(v)
 
 
@@ -238,16 +248,18 @@ def adapt(r: Recipe, model: ModelSpec, devices: int, job: JobSpec, runtime: str,
     if job.global_batch % (dp * mb):
         return None
     splits = [{k: r.get(k) for k in ("first_stage_layers", "last_stage_layers", "account_for_embedding",
-                                     "account_for_loss")}]
+                                     "account_for_loss", "pipeline_layout")}]
+    modules = r.get("recompute_modules") if r.get("recompute") == "selective" else ""
     if r.shape != shape_of(model):   # another model: its layer split may not apply; the even split may
         splits.append({"first_stage_layers": None, "last_stage_layers": None, "account_for_embedding": False,
-                       "account_for_loss": False})
+                       "account_for_loss": False, "pipeline_layout": None})
     rt = runtimes.get(runtime)
     for split in splits:
         try:
             s = StrategySpec(tp=tp, pp=pp, dp=dp, cp=cp, ep=r.get("ep"), etp=r.get("etp"), zero=r.get("zero"),
                              micro_batch=mb, vpp=r.get("vpp"), recompute=r.get("recompute"),
                              sequence_parallel=r.get("sequence_parallel") and tp > 1, attention=attention,
+                             recompute_modules=modules,
                              **split, **runtimes.knobs(runtime))
             check_strategy(s, model, job, devices)
         except SpecError:
