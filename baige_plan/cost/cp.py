@@ -11,7 +11,9 @@ block for step i+1 travels to the next rank of the ring (send/recv on a side str
     backward = c_b + (cp-1) * max(c_b, 2k)       the ring carries K/V and the dK/dV partials (p2p_comm_buffers
                                                   [[kv, dkv_send_buffer], ...], 2 blocks per step)
     k = p2p(K/V block) = p2p(2 * b * s/cp * kv_heads*head_dim/tp * bytes)
-so the exposed communication is (cp-1) * max(0, k - c) per pass. Each step is its own attention launch over
+so the exposed communication is (cp-1) * max(k - c, K min(k, c)) per pass: the part of the exchange longer than the
+step, or, where the step hides it, what the exchange's NCCL send/recv kernels take from the attention beside them
+(CP_P2P_CONTENTION_K, measured). Each step is its own attention launch over
 1/cp of the rank's work, so its kernel efficiency is read at that size. Memory-bound extras (not
 communication): the forward keeps every step's partial output and merges them into an fp32 output
 (flash_attn_fwd_out_correction: read the 16-bit step output, read + write the fp32 accumulator; then one
@@ -64,6 +66,22 @@ TORCH_RING_BWD_Q, TORCH_RING_BWD_K, TORCH_RING_BWD_Q_STEP, TORCH_RING_BWD_K_STEP
 # and its host time could not be isolated: the cp 2 figure is used for every cp
 TORCH_RING_HOST_S = 3.9e-3
 TORCH_RING_HOST_FWD_SHARE = 0.4   # the forward's share of the ring's host ops (about 25 of 63, counted from the code)
+# A ring exchange running beside the attention it overlaps stretches it by K x the exchange's own time (the share of
+# the GPU its send/recv kernels hold: K / (1 + K)): measured with benchmarks/real/cp_p2p_contention.py (batched
+# isend/irecv to the next rank on a side stream during causal flash attention forward + backward chains, bf16, head
+# dim 128) on 2 and 4 H200 over NVLink: median K 0.146 (0.09-0.43) over the 8 points whose exchange took >= 0.25 ms
+# (4-256 MiB; shorter ones are within the chains' run-to-run noise), cp_p2p_contention_h200x{2,4}.raw.json. Lower
+# than the collectives' (0.26-0.63, collective_contention.py) and the EP all-to-all's (A2A_OVERLAP_CONTENTION_SHARE
+# 0.40): a p2p ring moves one block a step. Across nodes the same K is used (not measured: one host). Applied to
+# Transformer Engine's p2p ring only: torch's ring attention overlaps one all-gather per pass (its contention was not
+# measured in that form; the torchtitan CP runs, benchmarks/real/runs_torchtitan_*.yaml, are costed as before).
+CP_P2P_CONTENTION_K = 0.146
+
+
+def overlapped_exposed_s(comm_s: float, compute_s: float, k: float = CP_P2P_CONTENTION_K) -> float:
+    """Seconds a transfer of `comm_s` adds to `compute_s` of attention it runs beside: the step takes
+    max(comm, compute + k min(comm, compute)) (CP_P2P_CONTENTION_K)."""
+    return max(comm_s - compute_s, k * min(comm_s, compute_s))
 
 
 @dataclass(frozen=True)
@@ -102,8 +120,8 @@ def cp_attention(cp: int, comm: str, attn_fwd_step_s: float, attn_bwd_step_s: fl
         return CpAttention(C.all_gather_s(full, link), C.reduce_scatter_s(full, link), 0.0, 0.0)
     k = C.p2p_s(kv_block_bytes, link)
     k_b = C.p2p_s(2 * kv_block_bytes, link)
-    exposed_f = (cp - 1) * max(0.0, k - attn_fwd_step_s)
-    exposed_b = (cp - 1) * max(0.0, k_b - attn_bwd_step_s)
+    exposed_f = (cp - 1) * overlapped_exposed_s(k, attn_fwd_step_s)
+    exposed_b = (cp - 1) * overlapped_exposed_s(k_b, attn_bwd_step_s)
     merge_f = (cp * OUT_MERGE_BYTES + OUT_CAST_BYTES) * q_elems / hbm_Bps
     acc_b = cp * GRAD_ACC_BYTES * (q_elems + kv_elems) / hbm_Bps
     return CpAttention(exposed_f, exposed_b, merge_f, acc_b)
