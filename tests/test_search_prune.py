@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -301,3 +303,39 @@ def test_cli_plan_does_not_load_other_commands():
     assert "baige_plan.cli.plan" in out
     for other in ("backtest", "replan", "whatif", "profile", "explain", "check", "export"):
         assert f"baige_plan.cli.{other}'" not in out
+
+
+class _Recorder:
+    """A strategy whose attribute reads are recorded (what a runtime's extra_refusal looks at)."""
+
+    def __init__(self, s: StrategySpec, seen: set[str]) -> None:
+        self._s, self._seen = s, seen
+
+    def __getattr__(self, name: str):
+        self._seen.add(name)
+        return getattr(self._s, name)
+
+
+@pytest.mark.parametrize("runtime", [n for n in runtimes.NAMES if runtimes.get(n).extra_refusal and runtimes.get(n).extra_refusal_reads])
+def test_declared_refusal_reads_are_what_the_rule_reads(runtime, monkeypatch):
+    """A runtime that declares the fields its extra_refusal reads (RuntimeSpec.extra_refusal_reads; the search asks
+    the rule once per distinct value of them) reads no other field, on every candidate of a dense and an MoE
+    space, refused or not; and the space it enumerates is the same set as asking the rule for every candidate."""
+    rt = runtimes.get(runtime)
+    moe = ModelSpec(name="m", layers=8, hidden=1024, heads=16, kv_heads=8, ffn_hidden=4096, vocab=32000,
+                    seq_len=2048, moe=MoESpec(experts=8, top_k=2, expert_ffn_hidden=2048))
+    dense = ModelSpec(name="d", layers=8, hidden=1024, heads=16, kv_heads=8, ffn_hidden=4096, vocab=32000,
+                      seq_len=2048)
+    job = JobSpec(global_batch=32, seq_len=2048)
+    seen: set[str] = set()
+    undeclared = replace(rt, extra_refusal_reads=())
+    real_get = runtimes.get
+    for model in (moe, dense):
+        a = space_array(model, 16, 8, job, Bounds(runtime=runtime))
+        with monkeypatch.context() as mp:    # the same space with the rule asked for every candidate
+            mp.setattr(runtimes, "get", lambda n: undeclared if n == runtime else real_get(n))
+            every = space_array(model, 16, 8, job, Bounds(runtime=runtime))
+        assert np.array_equal(a, every)
+        for row in a:
+            rt.extra_refusal(_Recorder(to_strategy(tuple(int(x) for x in row), runtime), seen), model, job)
+    assert seen <= set(rt.extra_refusal_reads), f"{runtime} reads {sorted(seen - set(rt.extra_refusal_reads))}"

@@ -39,6 +39,10 @@ Cand = tuple
 FIELDS = ("tp", "pp", "dp", "cp", "ep", "etp", "zero", "micro_batch", "vpp", "recompute", "sp", "first", "last",
           "attention", "account", "a2a")
 COL = {k: i for i, k in enumerate(FIELDS)}
+# StrategySpec field -> the candidate column that sets it (one to one: _strategy_fields)
+_CAND_INDEX = {"tp": 0, "pp": 1, "dp": 2, "cp": 3, "ep": 4, "etp": 5, "zero": 6, "micro_batch": 7, "vpp": 8,
+               "recompute": 9, "sequence_parallel": 10, "first_stage_layers": 11, "last_stage_layers": 12,
+               "attention": 13, "account_for_embedding": 14, "account_for_loss": 14, "moe_a2a_overlap": 15}
 
 
 @dataclass(frozen=True)
@@ -232,6 +236,9 @@ def enumerate_space(model: ModelSpec, devices: int, devices_per_node: int, job: 
     att = ATTENTION.index(pins.attention)
     extra = rt.extra_refusal
     base = StrategySpec(**runtimes.knobs(bounds.runtime))   # the runtime's knobs, for `_probe`
+    # a rule that declares the fields it reads is asked once per distinct value of them (RuntimeSpec.extra_refusal_reads)
+    reads = tuple(_CAND_INDEX[f] for f in rt.extra_refusal_reads) if extra is not None else ()
+    refused: dict[tuple[int, ...], bool] = {}
     for tp in _pick(pins.tp, divisors(devices)):
         if tp > max_tp or devices % tp or model.heads % tp or model.kv_heads % tp or model.ffn_hidden % tp:
             continue
@@ -281,7 +288,16 @@ def enumerate_space(model: ModelSpec, devices: int, devices_per_node: int, job: 
                                         # asked once for both settings
                                         c = (tp, pp, dp, cp, ep, etp, zero, mb, vpp, rec, int(sp), first, last, att,
                                              acc, a2as[0])
-                                        if extra is None or extra(_probe(c, base), model, job) is None:
+                                        if extra is None:
+                                            ok = True
+                                        elif reads:
+                                            key = tuple(c[i] for i in reads)
+                                            ok = refused.get(key)
+                                            if ok is None:
+                                                ok = refused[key] = extra(_probe(c, base), model, job) is None
+                                        else:
+                                            ok = extra(_probe(c, base), model, job) is None
+                                        if ok:
                                             for a2a in a2as:
                                                 yield c[:-1] + (a2a,)
 

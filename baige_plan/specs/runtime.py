@@ -315,6 +315,10 @@ class RuntimeSpec:
                                        # (torchtitan's dp_shard): ZeRO-3 is no extra dimension of its plans
     notes: tuple[str, ...] = field(default_factory=tuple)   # sources for the semantics above
     extra_refusal: Callable[..., str | None] | None = None   # runtime-specific rules (model, job, strategy)
+    # the StrategySpec fields extra_refusal reads (besides the model and job): the search asks it once per distinct
+    # value of those instead of once per candidate (millions on large MoE spaces); () = not declared, asked every time.
+    # tests/test_search_prune.py checks each declaration against the fields the rule really reads
+    extra_refusal_reads: tuple[str, ...] = ()
     # model features beyond MHA/GQA decoders the runtime builds: "mla" (multi-head latent attention), "mtp"
     # (multi-token prediction), "swa" (sliding-window attention); a model with one it lacks is refused
     model_features: tuple[str, ...] = ()

@@ -203,6 +203,7 @@ RUNTIME = RuntimeSpec(
     pipe_partitioned=True,             # runtime/pipe/engine.py: pipe_partitioned / grad_partitioned with tp > 1
     selective_attention_recompute=("intel-gaudi",),   # HabanaAI Megatron-DeepSpeed checkpoints FusedSDPA
     extra_refusal=_refusal,
+    extra_refusal_reads=("zero",),
     notes=("deepspeed/runtime/engine.py DeepSpeedEngine.allreduce_gradients: ZeRO-2/3 reduce every micro-batch "
            "(partition_gradients), ZeRO-0/1 only at the accumulation boundary",
            "deepspeed/runtime/zero/stage_1_and_2.py reduce_ready_partitions_and_remove_grads, average_tensor "

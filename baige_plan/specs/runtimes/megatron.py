@@ -204,4 +204,5 @@ RUNTIME = RuntimeSpec(
            "megatron/core/distributed/fsdp/src/megatron_fsdp/megatron_fsdp.py: ZeRO-3 gathers per unit per "
            "micro-batch (forward, backward), reduce-scatters every micro-batch"),
     extra_refusal=_refusal,
+    extra_refusal_reads=("tp", "sequence_parallel"),
 )

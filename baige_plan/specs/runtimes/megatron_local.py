@@ -131,4 +131,5 @@ RUNTIME = replace(
         "megatron/core/optimizer/__init__.py: torch.optim.AdamW when neither TE nor apex imports",
         "megatron/core/tensor_parallel/layers.py: wgrad as a separate tensor without gradient_accumulation_fusion"),
     extra_refusal=_refusal,
+    extra_refusal_reads=_mg.RUNTIME.extra_refusal_reads,   # its own rule reads the model only
 )
