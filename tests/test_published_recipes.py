@@ -40,7 +40,7 @@ def row(rid: str, shape=None, params=8030519296, chip="h100-sxm5-80g", family="n
             "cp": cp, "ep": 1, "etp": 1, "vpp": vpp, "micro_batch": mb, "zero": zero, "recompute": recompute,
             "sequence_parallel": tp > 1, "first_stage_layers": None, "last_stage_layers": None,
             "account_for_embedding": False, "account_for_loss": False, "pipeline_layout": None,
-            "recompute_modules": "", "precision": precision, "seq_len": 8192,
+            "recompute_modules": "", "tp_pp_dp_mapping": False, "precision": precision, "seq_len": 8192,
             "global_batch": 512, "runtime": runtime, "measured_step_time_s": step}
     return [vals[k] for k in COLUMNS]
 

@@ -96,6 +96,10 @@ def evaluate(
                                          help="MoE, Megatron: overlap the EP all-to-alls of one micro-batch with "
                                          "another's compute (--overlap-moe-expert-parallel-comm; Megatron-Bridge "
                                          "moe_a2a_overlap), costed with its measured contention."),
+    tp_pp_dp_mapping: bool = typer.Option(False, "--tp-pp-dp-mapping/--no-tp-pp-dp-mapping",
+                                          help="Megatron: order ranks tp-cp-ep-pp-dp (--use-tp-pp-dp-mapping): a "
+                                          "replica's pipeline stages are neighbours, data parallelism strides over "
+                                          "replicas (NVL72 domains)."),
     max_memory_frac: float = typer.Option(MAX_MEMORY_FRAC, "--max-memory-frac",
                                           help="Fraction of device memory the strategy may use (fits: peak <= "
                                           "capacity x F; the output states F and the margin; the same default "
@@ -147,7 +151,8 @@ def evaluate(
                          first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
                          account_for_embedding=account_for_embedding, account_for_loss=account_for_loss,
                          pipeline_layout=_layout(pipeline_layout),
-                         grad_reduce_bf16=grad_reduce_bf16, moe_a2a_overlap=moe_a2a_overlap)
+                         grad_reduce_bf16=grad_reduce_bf16, moe_a2a_overlap=moe_a2a_overlap,
+                         tp_pp_dp_mapping=tp_pp_dp_mapping)
         s = pick_runtime(s, m, job, runtime)
         if execution is not None:
             s = s.with_(execution=execution.value)

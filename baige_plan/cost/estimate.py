@@ -267,6 +267,19 @@ def _placement_per_node(dpn: int, inner: int, size: int) -> int:
     return max(1, min(size, dpn // inner))
 
 
+def dp_ranks_per_node(dpn: int, s: StrategySpec, size: int) -> int:
+    """Ranks of the data-parallel group (dp x cp, `size`) on one node. Megatron's default order tp-cp-ep-dp-pp puts
+    them contiguous after tp; with --use-tp-pp-dp-mapping (tp-cp-ep-pp-dp) only the cp ranks are contiguous and the
+    dp ranks stride over whole replicas (tp x cp x pp ranks). Worked example: 64-GPU NVLink domain, tp 4 cp 2 pp 8
+    dp 8: default, the 16 ranks of a dp x cp group share the domain (stride 4: 64 // 4 = 16); tp-pp-dp, a replica
+    fills the domain, so a group has its 2 cp ranks there and crosses the NIC to the other 7 replicas."""
+    if not getattr(s, "tp_pp_dp_mapping", False):
+        return _placement_per_node(dpn, s.tp, size)
+    cp_here = _placement_per_node(dpn, s.tp, s.cp)
+    replicas_here = max(1, dpn // (s.tp * s.cp * s.pp))
+    return max(1, min(size, cp_here * min(replicas_here, s.dp)))
+
+
 def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, tokens: float, sp: bool, std: bool,
                  links: tuple, moe: bool, meas: LayerProfile | None = None, window: bool = False) -> dict[str, float]:
     """Time, FLOPs, parameters and activations of one transformer layer on one device, per micro-batch.
@@ -611,7 +624,8 @@ def _logits_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, tokens: float
 def homogeneous_pp_link(group: GroupSpec, s: StrategySpec) -> C.Link:
     """Link between neighbouring stages of one group: NVLink when the pipeline stride
     (tp*cp*dp ranks) keeps neighbours in a node, else the per-device NIC."""
-    stride = s.tp * s.cp * s.dp
+    # pipeline neighbours are tp x cp x dp ranks apart in Megatron's default order, tp x cp with the tp-pp-dp order
+    stride = s.tp * s.cp * (1 if s.tp_pp_dp_mapping else s.dp)
     if stride < group.devices_per_node and group.devices_per_node % (stride * 2) == 0:
         return C.scaleup_p2p_link(group, 2 * stride)
     return C.nic_p2p_link(group, per_node=min(stride, group.devices_per_node))
@@ -1009,9 +1023,11 @@ def dp_traffic(st: StageCost, group: GroupSpec, s: StrategySpec, job: JobSpec, m
     shard_grad_op = s.zero == 2 and rt.fsdp_zero2   # FSDP SHARD_GRAD_OP: ZeRO-3 traffic less the backward gather
     pieces = max(1, st.layers[1] - st.layers[0]) * (zero3_collectives_per_layer(s) if s.zero >= 3 or shard_grad_op
                                                     else 1)
-    link = C.group_link(group, dp_n, _placement_per_node(dpn, s.tp, dp_n), buckets=pieces)
-    edp_link = C.group_link(group, s.edp, _placement_per_node(dpn, s.tp * s.cp * s.ep * s.etp // max(s.tp, 1), s.edp),
-                            buckets=pieces)
+    link = C.group_link(group, dp_n, dp_ranks_per_node(dpn, s, dp_n), buckets=pieces)
+    # expert data parallelism strides over the expert grid (etp x ep), and with the tp-pp-dp order over the
+    # pipeline too (Megatron's expert RankGenerator takes the same order)
+    edp_inner = s.tp * s.cp * s.ep * s.etp // max(s.tp, 1) * (s.pp if s.tp_pp_dp_mapping else 1)
+    edp_link = C.group_link(group, s.edp, _placement_per_node(dpn, edp_inner, s.edp), buckets=pieces)
     dense, expert = st.dense_params, st.expert_params
     n_layers = max(1, st.layers[1] - st.layers[0])
     if s.zero >= 3 or shard_grad_op:
@@ -1019,7 +1035,7 @@ def dp_traffic(st: StageCost, group: GroupSpec, s: StrategySpec, job: JobSpec, m
         # backward gather) and reduce-scatter 16-bit gradients. FSDP issues one collective per layer
         # over NCCL's hierarchical rings (group_link); DeepSpeed ZeRO-3 one per weight matrix, which
         # across nodes ran as a flat ring at per-device NIC rate (Narayanan 2021 Table 2, COST_MODEL.md).
-        nodes = -(-dp_n // max(1, _placement_per_node(dpn, s.tp, dp_n)))
+        nodes = -(-dp_n // max(1, dp_ranks_per_node(dpn, s, dp_n)))
         z_link = C.flat_ring_link(group, dp_n, pieces) if nodes > 1 and s.zero3_impl == "deepspeed" else link
         size = (dense + expert) * weight_bytes(job.precision)   # 16-bit (fp32 in fp32/tf32) weights and grads
         if rt.zero3_gather(s.pp) == "step":

@@ -215,6 +215,8 @@ def megatron_args(doc: dict) -> tuple[list[tuple[str, object]], list[str], list[
         a += [("--overlap-grad-reduce", None)] + ([("--overlap-param-gather", None)] if zero >= 1 else [])
     if s.get("grad_reduce_bf16"):
         a.append(("--grad-reduce-in-bf16", None))
+    if s.get("tp_pp_dp_mapping"):   # rank order tp-cp-ep-pp-dp (training/initialize.py), as costed
+        a.append(("--use-tp-pp-dp-mapping", None))
     from baige_plan.specs import (
         runtimes,  # the plan's runtime (FlagScale exports through these arguments too)
     )

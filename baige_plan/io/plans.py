@@ -208,7 +208,7 @@ _STRAT_KEYS = {"tp", "pp", "dp", "cp", "ep", "zero", "micro_batch", "global_batc
 _STRAT_OPT = {"etp", "attention", "first_stage_layers", "last_stage_layers", "execution", "runtime",
               "account_for_embedding", "account_for_loss", "grad_reduce_bf16", "attention_kernel", "fp8_recipe",
               "moe_dispatcher", "recompute_early_stop", "loss_kernel", "moe_a2a_overlap", "pipeline_layout",
-              "recompute_modules"}
+              "recompute_modules", "tp_pp_dp_mapping"}
 _KNOBS = {"micro_batch", "cp", "ep", "etp", "zero", "vpp", "recompute", "sequence_parallel"}
 
 
@@ -217,7 +217,8 @@ _INT_FIELDS = ("tp", "pp", "dp", "cp", "ep", "etp", "zero", "micro_batch", "glob
 _OPT_INT_FIELDS = ("first_stage_layers", "last_stage_layers")
 _STR_FIELDS = ("recompute", "attention", "execution", "runtime", "attention_kernel", "fp8_recipe", "moe_dispatcher",
                "recompute_early_stop", "loss_kernel", "recompute_modules")
-_BOOL_FIELDS = ("sequence_parallel", "account_for_embedding", "account_for_loss", "grad_reduce_bf16", "moe_a2a_overlap")
+_BOOL_FIELDS = ("sequence_parallel", "account_for_embedding", "account_for_loss", "grad_reduce_bf16", "moe_a2a_overlap",
+                "tp_pp_dp_mapping")
 _SHAPE_INT = ("micro_batch", "cp", "ep", "etp", "zero", "vpp")
 
 

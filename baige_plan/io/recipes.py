@@ -12,13 +12,14 @@ table (one flow list per line, the values in `columns` order) so that it stays s
     columns: [id, source, model, layers, hidden, heads, kv_heads, ffn_hidden, vocab, experts, top_k,
               expert_ffn_hidden, params, chip, family, gpus, gpus_per_node, tp, pp, cp, ep, etp, vpp, micro_batch,
               zero, recompute, sequence_parallel, first_stage_layers, last_stage_layers, account_for_embedding,
-              account_for_loss, pipeline_layout, recompute_modules, precision, seq_len, global_batch, runtime, measured_step_time_s]
+              account_for_loss, pipeline_layout, recompute_modules, tp_pp_dp_mapping, precision, seq_len, global_batch, runtime, measured_step_time_s]
     rows:
     - ["nemo_perf_2502_gpt3_175b_b200_512gpu_fp8", "nemo_perf_2502", "GPT-3 175B ...", 96, 12288, ...]
 
 (model: the model's name in the source; experts, top_k, expert_ffn_hidden 0: a dense model; params: total
 parameters, cost/params.py; first/last_stage_layers null: not set; pipeline_layout: transformer layers per virtual
-stage, null: not set; recompute_modules: Megatron's beyond core_attn under selective recompute, "" none; measured_step_time_s null: not published.)
+stage, null: not set; recompute_modules: Megatron's beyond core_attn under selective recompute, "" none; tp_pp_dp_mapping: Megatron's
+tp-cp-ep-pp-dp rank order; measured_step_time_s null: not published.)
 
 The nearest recipe (`candidates`, `nearest`): a recipe is near when it ran on the user's chip family and its
 model has the user's shape (layers, hidden, heads, kv_heads, ffn_hidden, vocab, experts, top_k,
@@ -60,11 +61,11 @@ PARAMS_RATIO = 2.0      # a model of another shape is near when its parameters a
 SHAPE = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "experts", "top_k", "expert_ffn_hidden")
 LAYOUT = ("tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "zero", "recompute", "sequence_parallel",
           "first_stage_layers", "last_stage_layers", "account_for_embedding", "account_for_loss", "pipeline_layout",
-          "recompute_modules")
+          "recompute_modules", "tp_pp_dp_mapping")
 COLUMNS = ("id", "source", "model", *SHAPE, "params", "chip", "family", "gpus", "gpus_per_node", *LAYOUT,
            "precision", "seq_len", "global_batch", "runtime", "measured_step_time_s")
 _STR = {"id", "source", "model", "chip", "family", "precision", "runtime", "recompute_modules"}
-_BOOL = {"sequence_parallel", "account_for_embedding", "account_for_loss"}
+_BOOL = {"sequence_parallel", "account_for_embedding", "account_for_loss", "tp_pp_dp_mapping"}
 _OPT_INT = {"first_stage_layers", "last_stage_layers"}
 _MIN = {"zero": 0, **{k: 0 for k in SHAPE}}   # other integers are >= 1
 
@@ -260,6 +261,7 @@ def adapt(r: Recipe, model: ModelSpec, devices: int, job: JobSpec, runtime: str,
                              micro_batch=mb, vpp=r.get("vpp"), recompute=r.get("recompute"),
                              sequence_parallel=r.get("sequence_parallel") and tp > 1, attention=attention,
                              recompute_modules=modules,
+                             tp_pp_dp_mapping=r.get("tp_pp_dp_mapping") and rt.tp_pp_dp_mapping,
                              **split, **runtimes.knobs(runtime))
             check_strategy(s, model, job, devices)
         except SpecError:

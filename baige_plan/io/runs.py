@@ -692,6 +692,8 @@ def _case(row: dict, rid: str, md: dict, hw: dict, par: dict, notes: list[str], 
                                 runtime=runtime, attention_kernel=str(par.get("attention_kernel") or ""),
                                 fp8_recipe=str(par.get("fp8_recipe") or ""), balanced_partition=balanced,
                                 fp8_output_proj=bool(par.get("fp8_output_proj", False)),
+                                # Megatron --use-tp-pp-dp-mapping (NeMo / MLPerf TP_PP_DP_MAPPING=True)
+                                tp_pp_dp_mapping=par.get("tp_pp_dp_mapping") is True,
                                 cp_comm=_cp_comm(par, runtime, par_int("cp"), notes),
                                 eager_traffic=_eager_traffic(par, runtime, notes),
                                 activation_offload_layers=_offload_layers(par, src, rid),

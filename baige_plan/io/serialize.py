@@ -67,6 +67,8 @@ def strategy_dict(s: StrategySpec, global_batch: int) -> dict:
         d["pipeline_layout"] = list(s.pipeline_layout)
     if s.grad_reduce_bf16:        # Megatron --grad-reduce-in-bf16
         d["grad_reduce_bf16"] = True
+    if s.tp_pp_dp_mapping:        # Megatron --use-tp-pp-dp-mapping (rank order tp-cp-ep-pp-dp)
+        d["tp_pp_dp_mapping"] = True
     return d
 
 

@@ -279,6 +279,7 @@ class RuntimeSpec:
     uneven_interleaved: bool = False   # first/last stage layer counts together with vpp > 1
     split_accounting: bool = False     # embedding / loss counted as pipeline layers (Megatron account_for_*)
     bf16_grad_reduce: bool = False     # bf16 main grads reduced in bf16 (Megatron --grad-reduce-in-bf16)
+    tp_pp_dp_mapping: bool = False     # rank order tp-cp-ep-pp-dp on request (Megatron --use-tp-pp-dp-mapping)
     cp_comm: str = "p2p"               # context-parallel attention: "p2p" ring | "allgather" | "torch_ring" (cost/cp.py)
     eager_traffic: str = "autocast_fp32"   # eager execution's non-GEMM traffic (cost/execution.py): the harness's
                                        # autocast over fp32 parameters, or "bf16" (bf16 parameters, fused norms)
@@ -386,6 +387,8 @@ class RuntimeSpec:
         why = self.model_refusal(model)
         if why:
             return why
+        if getattr(s, "tp_pp_dp_mapping", False) and not self.tp_pp_dp_mapping:
+            return f"{self.name} has no tp-pp-dp rank order (Megatron --use-tp-pp-dp-mapping)"
         if getattr(s, "grad_reduce_bf16", False):
             if not self.bf16_grad_reduce:
                 return f"{self.name} has no bf16 gradient-reduction option (Megatron --grad-reduce-in-bf16)"

@@ -58,6 +58,10 @@ class StrategySpec:
     # order (virtual stage k runs on pipeline rank k % pp as its chunk k // pp), e.g. DeepSeek-V3's recipes
     pipeline_layout: tuple[int, ...] | None = None
     grad_reduce_bf16: bool = False          # Megatron --grad-reduce-in-bf16: bf16 main grads, reduced in bf16
+    # Megatron --use-tp-pp-dp-mapping: ranks ordered tp-cp-ep-pp-dp instead of tp-cp-ep-dp-pp (megatron/training/
+    # initialize.py), so a replica's pipeline stages are neighbours (NVLink inside an NVL72 domain) and the
+    # data-parallel groups stride over whole replicas (cost/estimate.py _placement_per_node, homogeneous_pp_link)
+    tp_pp_dp_mapping: bool = False
     fp8_param_gather: bool = False          # Megatron --fp8-param-gather: fp8 primary weights (TE fp8_model_init)
     optimizer_bytes_per_param: float = 0.0  # optimizer state per parameter before sharding; 0: the runtime's (fp32
                                             # master + Adam m, v = 12 B); 10: master kept as a 16-bit remainder

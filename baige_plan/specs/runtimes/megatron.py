@@ -171,6 +171,7 @@ RUNTIME = RuntimeSpec(
     # accumulate_allreduce_grads_in_fp32 = False, so main grads and their reduction are bf16); Megatron-Bridge
     # perf recipes set the equivalent grad_reduce_in_fp32=False (e.g. llama31_405b_pretrain_1024gpu_h100_bf16)
     bf16_grad_reduce=True,
+    tp_pp_dp_mapping=True,      # --use-tp-pp-dp-mapping (training/config/common_config.py, core 0.19)
     sequence_parallel="optional",
     recompute=("none", "selective", "full"),
     precisions=("bf16", "fp16", "fp8", "fp32", "tf32"),

@@ -1,0 +1,97 @@
+"""Megatron's tp-pp-dp rank order (StrategySpec.tp_pp_dp_mapping, --use-tp-pp-dp-mapping): which groups share an
+NVLink domain, against hand-derived placements, and the knob through runs files, plan files, the export and the
+runtimes that do or do not have it."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+from _plan_docs import LLAMA3_70B
+from _plan_docs import plan_doc as _plan_doc
+
+from baige_plan.cost.estimate import dp_ranks_per_node, estimate, homogeneous_pp_link
+from baige_plan.exports import megatron
+from baige_plan.io.catalog import Catalog
+from baige_plan.io.runs import load_runs
+from baige_plan.io.serialize import strategy_dict
+from baige_plan.specs import runtimes
+from baige_plan.specs.job import JobSpec
+from baige_plan.specs.strategy import StrategySpec
+
+CAT = Catalog.create()
+
+
+def test_dp_ranks_per_node_by_order():
+    # 64-GPU NVLink domain, tp 4 cp 2 pp 8 dp 8 (MLPerf v5.0 GB200 405B): the dp x cp group has 16 ranks.
+    # default tp-cp-ep-dp-pp: they follow tp (stride 4), 64 // 4 = 16 share the domain;
+    # tp-pp-dp: a replica (4 x 2 x 8 = 64 ranks) fills the domain, so only the group's 2 cp ranks share it
+    s = StrategySpec(tp=4, cp=2, pp=8, dp=8)
+    assert dp_ranks_per_node(64, s, 16) == 16
+    assert dp_ranks_per_node(64, s.with_(tp_pp_dp_mapping=True), 16) == 2
+    # 8-GPU nodes, tp 2 pp 2 dp 4 (cp 1): tp-pp-dp puts 8 // (2 x 2) = 2 replicas on a node -> 2 dp ranks there
+    s = StrategySpec(tp=2, pp=2, dp=4)
+    assert dp_ranks_per_node(8, s, 4) == 4
+    assert dp_ranks_per_node(8, s.with_(tp_pp_dp_mapping=True), 4) == 2
+
+
+def test_pipeline_neighbours_by_order():
+    g = CAT.cluster("gb200:8x64")[0].groups[0]
+    s = StrategySpec(tp=4, cp=2, pp=8, dp=8)
+    # default: neighbours are tp x cp x dp = 64 ranks apart, another domain: the NIC
+    assert homogeneous_pp_link(g, s).crosses == "nic"
+    # tp-pp-dp: 8 ranks apart, inside the domain: NVLink
+    assert homogeneous_pp_link(g, s.with_(tp_pp_dp_mapping=True)).crosses == "scaleup"
+
+
+def test_estimate_moves_pipeline_traffic_onto_nvlink_and_dp_onto_the_nic():
+    model = CAT.model("llama3-405b")
+    cl = CAT.cluster("gb200:8x64")[0]
+    job = JobSpec(global_batch=896, seq_len=8192, precision="fp8")
+    s = StrategySpec(tp=4, cp=2, pp=8, dp=8, vpp=8, micro_batch=1, recompute="none",
+                     account_for_embedding=True, account_for_loss=True)
+    base, mapped = estimate(model, cl, job, s), estimate(model, cl, job, s.with_(tp_pp_dp_mapping=True))
+    assert mapped.breakdown_s["pp_comm"] < base.breakdown_s["pp_comm"]
+    assert mapped.breakdown_s["dp_comm_exposed"] > base.breakdown_s["dp_comm_exposed"]
+
+
+def test_runtimes_with_and_without_the_order():
+    s = StrategySpec(tp=2, pp=2, dp=2, tp_pp_dp_mapping=True)
+    assert runtimes.get("megatron").refusal(s) is None
+    assert "tp-pp-dp" in runtimes.get("flagscale").refusal(s.with_(**runtimes.knobs("flagscale")))
+    assert "tp-pp-dp" in runtimes.get("torchtitan").refusal(s.with_(zero=3, **runtimes.knobs("torchtitan")))
+
+
+def test_plan_file_and_export_carry_it():
+    s = StrategySpec(tp=8, pp=4, dp=2, tp_pp_dp_mapping=True)
+    assert strategy_dict(s, 64)["tp_pp_dp_mapping"] is True
+    assert "tp_pp_dp_mapping" not in strategy_dict(s.with_(tp_pp_dp_mapping=False), 64)
+    doc = _plan_doc(LLAMA3_70B, "megatron", tp=8, pp=4, dp=2, m=4, nodes=8, tp_pp_dp_mapping=True)
+    args = {f.name: f.text for f in megatron.export(doc).files}["megatron_args.txt"]
+    assert "--use-tp-pp-dp-mapping" in args.split()
+    doc = _plan_doc(LLAMA3_70B, "megatron", tp=8, pp=4, dp=2, m=4, nodes=8)
+    assert "--use-tp-pp-dp-mapping" not in {f.name: f.text for f in megatron.export(doc).files}["megatron_args.txt"]
+
+
+@pytest.mark.parametrize("value,expected", [("true", True), ("false", False), (None, False)])
+def test_runs_file_reads_it(tmp_path, value, expected):
+    extra = f"\n    tp_pp_dp_mapping: {value}" if value is not None else ""
+    p = tmp_path / "r.yaml"
+    p.write_text(textwrap.dedent("""\
+        schema_version: 1
+        rows:
+        - id: r1
+          source: {key: s, family: f, citation: c, url: u}
+          model: {name: m, layers: 8, hidden: 1024, heads: 16, kv_heads: 16, ffn_hidden: 4096, vocab: 32000,
+                  seq_len: 2048, activation: swiglu}
+          hardware: {gpu_model: NVIDIA H100 80GB HBM3, num_gpus: 16, gpus_per_node: 8}
+          parallel:
+            tp: 2
+            pp: 2
+            dp: 4
+            micro_batch: 1
+            global_batch_seqs: 32
+            precision: bf16
+            runtime: megatron""") + extra + "\n  results: {step_time_s: 1.0}\n")
+    (case,) = load_runs(p, CAT)
+    assert case.strategy.tp_pp_dp_mapping is expected
