@@ -95,3 +95,31 @@ def test_runs_file_reads_it(tmp_path, value, expected):
             runtime: megatron""") + extra + "\n  results: {step_time_s: 1.0}\n")
     (case,) = load_runs(p, CAT)
     assert case.strategy.tp_pp_dp_mapping is expected
+
+
+def test_space_offers_both_orders_where_they_differ():
+    from baige_plan.search.space import order_choices
+    assert order_choices("megatron", 2, 2) == (0, 1)
+    assert order_choices("megatron", 1, 4) == (0,)        # no pipeline: one placement
+    assert order_choices("megatron", 2, 1) == (0,)        # no data parallelism: one placement
+    assert order_choices("flagscale", 2, 2) == (0,)       # a runtime without the option
+    assert order_choices("megatron", 2, 2, True) == (1,)
+    assert order_choices("megatron", 1, 2, True) == ()
+
+
+def test_plan_takes_the_faster_order():
+    """405B on 512 GB200 in 64-GPU NVLink domains with tp 4 pp 8 cp 2 pinned: the search returns the faster of the
+    two orders' estimates (evaluated directly here)."""
+    from baige_plan.search.solver import search
+    from baige_plan.search.space import Bounds, Pins
+    model = CAT.model("llama3-405b")
+    cl = CAT.cluster("gb200:8x64")[0]
+    job = JobSpec(global_batch=896, seq_len=8192, precision="fp8")
+    pins = Pins(tp=4, pp=8, cp=2, micro_batch=1, vpp=8, recompute="none", zero=1, account_for_embedding=True,
+                account_for_loss=True, sequence_parallel=True)
+    best = search(model, cl, job, Bounds(max_micro_batch=1), pins).best
+    s = StrategySpec(tp=4, cp=2, pp=8, dp=8, vpp=8, micro_batch=1, recompute="none", sequence_parallel=True,
+                     account_for_embedding=True, account_for_loss=True, **runtimes.knobs("megatron"))
+    times = {o: estimate(model, cl, job, s.with_(tp_pp_dp_mapping=o)).step_time_s for o in (False, True)}
+    assert best.strategy.tp_pp_dp_mapping == (times[True] < times[False])
+    assert best.step_time_s == pytest.approx(min(times.values()))

@@ -387,6 +387,10 @@ def _notes(doc: dict, none_why: str) -> list[str]:
            for d in doc["plans"]):
         out.append("+ov: the EP all-to-all overlapped with another micro-batch's compute (megatron-core "
                    "overlap_moe_expert_parallel_comm), costed with its measured contention; (+ov): on or off, equal")
+    if any(d["strategy"].get("tp_pp_dp_mapping") or "tp_pp_dp_mapping" in (d.get("equivalent") or {})
+           for d in doc["plans"]):
+        out.append("^: Megatron's tp-pp-dp rank order (--use-tp-pp-dp-mapping): a replica's pipeline stages are "
+                   "neighbours, data parallelism strides over replicas; (^): either order, equal")
     out.append(recipe_line(doc.get("published_recipe"), doc["plans"][0], none_why))
     return out
 

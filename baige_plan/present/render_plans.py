@@ -37,9 +37,12 @@ def _strat_cells(s: dict, equivalent: dict | None = None) -> list[str]:
     eq = equivalent or {}
 
     def c(k: str) -> str:
-        cell = "|".join(_knob(k, v) for v in eq[k]) if k in eq else _knob(k, s[k])
+        # each value once, in member order (two knobs equivalent together list their members' values twice)
+        cell = "|".join(dict.fromkeys(_knob(k, v) for v in eq[k])) if k in eq else _knob(k, s[k])
         if k == "ep":   # Megatron-core's EP all-to-all overlap rides on the ep cell: 8+ov (on), 8(+ov) (either)
             cell += "(+ov)" if "moe_a2a_overlap" in eq else "+ov" if s.get("moe_a2a_overlap") else ""
+        if k == "dp":   # Megatron's tp-pp-dp rank order rides on the dp cell: 8^ (on), 8(^) (either)
+            cell += "(^)" if "tp_pp_dp_mapping" in eq else "^" if s.get("tp_pp_dp_mapping") else ""
         return cell
 
     return [c(k) for k in ("tp", "pp", "dp", "cp", "ep", "zero", "micro_batch", "vpp", "recompute",
@@ -113,7 +116,8 @@ def layout_text(s: dict) -> str:
     parts = [f"tp {s['tp']}", f"pp {s['pp']}", f"dp {s['dp']}"]
     parts += [f"{k} {s[k]}" for k in ("cp", "ep", "vpp") if s.get(k, 1) != 1]
     tail = [f"mb {s['micro_batch']}", f"zero {s['zero']}", f"recompute {s['recompute']}"]
-    return " ".join(parts + tail + (["EP all-to-all overlap"] if s.get("moe_a2a_overlap") else []))
+    return " ".join(parts + tail + (["EP all-to-all overlap"] if s.get("moe_a2a_overlap") else [])
+                    + (["rank order tp-pp-dp"] if s.get("tp_pp_dp_mapping") else []))
 
 
 def recipe_line(pub: dict | None, top: dict, none_why: str = "") -> str:

@@ -45,6 +45,10 @@ def space_rules_ok(s: StrategySpec, model: ModelSpec, dpn: int, bounds: Bounds, 
         return False
     if pins.moe_a2a_overlap is not None and bool(s.moe_a2a_overlap) != pins.moe_a2a_overlap:
         return False
+    if pins.tp_pp_dp_mapping is not None and bool(s.tp_pp_dp_mapping) != pins.tp_pp_dp_mapping:
+        return False
+    if s.tp_pp_dp_mapping and (s.pp == 1 or s.dp == 1):
+        return False     # the same placement as the default order: counted once
     if runtimes.get(bounds.runtime).refusal(s, model) is not None:
         return False
     return s.attention == pins.attention
@@ -81,15 +85,16 @@ def oracle_space(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, bounds: B
             continue
         dp = n // (tp * pp * cp)
         for ep, etp in itertools.product(rng if moe else [1], rng if moe else [1]):
-            for mb, vpp, zero, rec, sp, a2a in itertools.product(range(1, job.global_batch // dp + 1),
-                                                                 range(1, L + 1), range(4), RECOMPUTE, (True, False),
-                                                                 (False, True) if moe else (False,)):
+            for mb, vpp, zero, rec, sp, a2a, order in itertools.product(
+                    range(1, job.global_batch // dp + 1), range(1, L + 1), range(4), RECOMPUTE, (True, False),
+                    (False, True) if moe else (False,), (False, True)):
                 for first, last, acc_e, acc_l in layer_splits(pp, vpp):
                     try:
                         s = StrategySpec(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, zero=zero, micro_batch=mb,
                                          vpp=vpp, recompute=rec, sequence_parallel=sp, attention=pins.attention,
                                          first_stage_layers=first, last_stage_layers=last,
                                          account_for_embedding=acc_e, account_for_loss=acc_l, moe_a2a_overlap=a2a,
+                                         tp_pp_dp_mapping=order,
                                          **runtimes.knobs(bounds.runtime))
                         check_strategy(s, model, job, n)
                     except SpecError:

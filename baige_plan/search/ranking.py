@@ -31,7 +31,8 @@ from baige_plan.specs import runtimes
 from baige_plan.specs.strategy import ATTENTION, RECOMPUTE, StrategySpec
 
 TIE_POOL = 16     # ties are sought among this many fastest distinct rows, whatever --top is
-KNOBS = ("recompute", "zero", "micro_batch", "sequence_parallel", "attention", "moe_a2a_overlap")   # may be equivalent
+KNOBS = ("recompute", "zero", "micro_batch", "sequence_parallel", "attention", "moe_a2a_overlap",
+         "tp_pp_dp_mapping")   # may be equivalent
 ORDER_RULE = ("ties: plans whose step-time bands overlap; shown simpler first: fewer parallel dimensions "
               "(tp, pp, cp, ep, vpp, zero 3 unless the runtime shards by default), no cp unless every tie needs it, "
               "a published recipe's layout, then step time")
@@ -46,9 +47,10 @@ def sig(x: float, digits: int = 6) -> float:
 
 def simplicity(s: StrategySpec) -> tuple:
     """The order of equivalent knobs, simplest first: recompute none < selective < full, lower ZeRO stage,
-    smaller micro-batch, sequence parallelism off, flash attention, the EP all-to-all overlap off."""
+    smaller micro-batch, sequence parallelism off, flash attention, the EP all-to-all overlap off, Megatron's
+    default rank order."""
     return (RECOMPUTE.index(s.recompute), s.zero, s.micro_batch, bool(s.sequence_parallel),
-            ATTENTION.index(s.attention), bool(s.moe_a2a_overlap))
+            ATTENTION.index(s.attention), bool(s.moe_a2a_overlap), bool(s.tp_pp_dp_mapping))
 
 
 def _layout_key(s: StrategySpec) -> tuple:

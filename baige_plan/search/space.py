@@ -34,15 +34,17 @@ from baige_plan.specs.strategy import ATTENTION, RECOMPUTE, StrategySpec, a2a_ov
 # (tp, pp, dp, cp, ep, etp, zero, micro_batch, vpp, recompute index, sp 0/1, first, last, attention index,
 # account, a2a 0/1) all ints; first/last = 0 means "not set" (even split); account: bit 1 the embedding, bit 2 the
 # loss counted as a pipeline layer (Megatron account_for_*); a2a: Megatron-core's EP all-to-all overlap
-# (StrategySpec.moe_a2a_overlap). Sorting these tuples is the tie-break.
+# (StrategySpec.moe_a2a_overlap); order: Megatron's rank order, 0 tp-cp-ep-dp-pp, 1 tp-cp-ep-pp-dp
+# (StrategySpec.tp_pp_dp_mapping). Sorting these tuples is the tie-break.
 Cand = tuple
 FIELDS = ("tp", "pp", "dp", "cp", "ep", "etp", "zero", "micro_batch", "vpp", "recompute", "sp", "first", "last",
-          "attention", "account", "a2a")
+          "attention", "account", "a2a", "order")
 COL = {k: i for i, k in enumerate(FIELDS)}
 # StrategySpec field -> the candidate column that sets it (one to one: _strategy_fields)
 _CAND_INDEX = {"tp": 0, "pp": 1, "dp": 2, "cp": 3, "ep": 4, "etp": 5, "zero": 6, "micro_batch": 7, "vpp": 8,
                "recompute": 9, "sequence_parallel": 10, "first_stage_layers": 11, "last_stage_layers": 12,
-               "attention": 13, "account_for_embedding": 14, "account_for_loss": 14, "moe_a2a_overlap": 15}
+               "attention": 13, "account_for_embedding": 14, "account_for_loss": 14, "moe_a2a_overlap": 15,
+               "tp_pp_dp_mapping": 16}
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,7 @@ class Pins:
     account_for_embedding: bool | None = None
     account_for_loss: bool | None = None
     moe_a2a_overlap: bool | None = None   # None: searched where the runtime runs it (`a2a_choices`)
+    tp_pp_dp_mapping: bool | None = None  # None: both rank orders where they differ (`order_choices`)
 
     @property
     def split_pinned(self) -> bool:
@@ -217,6 +220,14 @@ def a2a_choices(model: ModelSpec, runtime: str, ep: int, pp: int, vpp: int, reco
     return vals if pin is None else tuple(v for v in vals if v == int(pin))
 
 
+def order_choices(runtime: str, pp: int, dp: int, pin: bool | None = None) -> tuple[int, ...]:
+    """The rank orders (0 Megatron's default tp-cp-ep-dp-pp, 1 tp-cp-ep-pp-dp) a candidate may take: both where the
+    runtime has the second (RuntimeSpec.tp_pp_dp_mapping) and they place ranks differently (pp > 1 and dp > 1);
+    a pin keeps one value."""
+    vals = (0, 1) if runtimes.get(runtime).tp_pp_dp_mapping and pp > 1 and dp > 1 else (0,)
+    return vals if pin is None else tuple(v for v in vals if v == int(pin))
+
+
 def enumerate_space(model: ModelSpec, devices: int, devices_per_node: int, job: JobSpec,
                     bounds: Bounds = Bounds(), pins: Pins = Pins()) -> Iterator[Cand]:
     """Every valid candidate the runtime (`bounds.runtime`) runs, built by construction (no trial and
@@ -265,6 +276,9 @@ def enumerate_space(model: ModelSpec, devices: int, devices_per_node: int, job: 
                 sps = [sp for sp in sps if not sp or (seq // cp) % tp == 0]
                 if not sps or gb % dp:
                     continue
+                orders = order_choices(bounds.runtime, pp, dp, pins.tp_pp_dp_mapping)
+                if not orders:
+                    continue
                 for ep, etp in _expert_dims(model, tp * cp * dp, max_tp, pins):
                     if (ep > 1 and not rt.expert_parallel) or (etp > 1 and not rt.expert_tensor_parallel):
                         continue
@@ -287,7 +301,7 @@ def enumerate_space(model: ModelSpec, devices: int, devices_per_node: int, job: 
                                         # runtimes' own rules (RuntimeSpec.extra_refusal) do not read the EP overlap:
                                         # asked once for both settings
                                         c = (tp, pp, dp, cp, ep, etp, zero, mb, vpp, rec, int(sp), first, last, att,
-                                             acc, a2as[0])
+                                             acc, a2as[0], orders[0])
                                         if extra is None:
                                             ok = True
                                         elif reads:
@@ -299,7 +313,8 @@ def enumerate_space(model: ModelSpec, devices: int, devices_per_node: int, job: 
                                             ok = extra(_probe(c, base), model, job) is None
                                         if ok:
                                             for a2a in a2as:
-                                                yield c[:-1] + (a2a,)
+                                                for order in orders:
+                                                    yield c[:-2] + (a2a, order)
 
 
 def space_array(model: ModelSpec, devices: int, devices_per_node: int, job: JobSpec,
@@ -342,11 +357,12 @@ def _probe(c: Cand, base: StrategySpec) -> StrategySpec:
 
 def _strategy_fields(c: Cand) -> dict:
     """The StrategySpec fields candidate c sets (the runtime's knobs aside)."""
-    tp, pp, dp, cp, ep, etp, zero, mb, vpp, rec, sp, first, last, att, acc, a2a = c
+    tp, pp, dp, cp, ep, etp, zero, mb, vpp, rec, sp, first, last, att, acc, a2a, order = c
     return dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, zero=zero, micro_batch=mb, vpp=vpp,
                 recompute=RECOMPUTE[rec], sequence_parallel=bool(sp), attention=ATTENTION[att],
                 first_stage_layers=first or None, last_stage_layers=last or None,
-                account_for_embedding=bool(acc & 1), account_for_loss=bool(acc & 2), moe_a2a_overlap=bool(a2a))
+                account_for_embedding=bool(acc & 1), account_for_loss=bool(acc & 2), moe_a2a_overlap=bool(a2a),
+                tp_pp_dp_mapping=bool(order))
 
 
 def to_strategy(c: Cand, runtime: str = runtimes.DEFAULT) -> StrategySpec:
@@ -358,4 +374,4 @@ def from_strategy(s: StrategySpec) -> Cand:
     return (s.tp, s.pp, s.dp, s.cp, s.ep, s.etp, s.zero, s.micro_batch, s.vpp, RECOMPUTE.index(s.recompute),
             int(bool(s.sequence_parallel)), s.first_stage_layers or 0, s.last_stage_layers or 0,
             ATTENTION.index(s.attention), int(s.account_for_embedding) | 2 * int(s.account_for_loss),
-            int(bool(s.moe_a2a_overlap)))
+            int(bool(s.moe_a2a_overlap)), int(bool(s.tp_pp_dp_mapping)))
