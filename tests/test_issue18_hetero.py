@@ -39,14 +39,18 @@ def test_engine_precision_per_chip(cloud):
 def test_exposed_dp_is_reduction_minus_last_backward():
     # a reduction of 0.5 s started under the last micro-batch's backward (0.25 s, 5 layers: the last layer's bucket
     # cannot overlap, window 0.25 * 4/5 = 0.2 s): exposed 0.5 - 0.2 = 0.3 s on stage 0
-    t = DpTraffic(grads_s=0.5, grad_window_s=0.25 * (1 - 1 / 5), last_bucket=1 / 5)
+    t = DpTraffic(grads_s=0.5, grad_window_s=0.25 * (1 - 1 / 5), last_bucket=1 / 5, overlap_contention=0.0)
     assert t.exposed_s == pytest.approx(0.3)
     # stage 1 ends stage 0's last backward (0.12 s) before the pipeline does: 0.3 - 0.12 = 0.18 s
     assert replace(t, tail_s=0.12).exposed_s == pytest.approx(0.18)
     # issued after the flush (DeepSpeed's pipeline engine: no window): all of it on stage 0
     assert DpTraffic(grads_s=0.5).exposed_s == pytest.approx(0.5)
     # a reduction shorter than its window still exposes its last bucket: 0.1 * 1/5
-    assert DpTraffic(grads_s=0.1, grad_window_s=0.2, last_bucket=1 / 5).exposed_s == pytest.approx(0.02)
+    assert DpTraffic(grads_s=0.1, grad_window_s=0.2, last_bucket=1 / 5,
+                     overlap_contention=0.0).exposed_s == pytest.approx(0.02)
+    # ... and, beside the compute it overlaps, slows it by K x 0.1 s (K measured: cost/estimate.py
+    # DP_OVERLAP_CONTENTION, the median of benchmarks/real/collective_contention_h200x{2,4}.raw.json at 512 MiB)
+    assert DpTraffic(grads_s=0.1, grad_window_s=0.2, last_bucket=1 / 5).exposed_s == pytest.approx(0.574 * 0.1)
 
 
 def test_hetero_stage_tail_hides_later_stages_reduction(cloud):

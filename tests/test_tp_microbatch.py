@@ -12,7 +12,15 @@ import pytest
 
 from baige_plan.cost import collectives as C
 from baige_plan.cost.compute import ChipRates, gemm_time_s
-from baige_plan.cost.estimate import DpTraffic, _gemm_set, _layer_terms, _logits_terms, dp_traffic, estimate
+from baige_plan.cost.estimate import (
+    DP_OVERLAP_CONTENTION,
+    DpTraffic,
+    _gemm_set,
+    _layer_terms,
+    _logits_terms,
+    dp_traffic,
+    estimate,
+)
 from baige_plan.cost.execution import EAGER, EAGER_HOST, eager_host_s
 from baige_plan.io.catalog import Catalog
 from baige_plan.specs.job import JobSpec
@@ -110,15 +118,21 @@ def test_host_bound_micro_batch_hides_tp_comm_device_bound_does_not():
 
 
 def test_last_reduction_hides_under_the_pipeline_cool_down():
-    # 10 ms reduction, 5 ms window, last bucket 1/10: 5 ms exposed past the stage's own backward
-    t = DpTraffic(grads_s=0.010, grad_window_s=0.005, last_bucket=0.1)
+    # 10 ms reduction, 5 ms window, last bucket 1/10: 5 ms exposed past the stage's own backward (the contention
+    # with the compute it overlaps left out here: overlap_contention 0; below with it)
+    t = DpTraffic(grads_s=0.010, grad_window_s=0.005, last_bucket=0.1, overlap_contention=0.0)
     assert t.exposed_s == pytest.approx(0.005)
     # a later stage ends 3 ms before stage 0: 2 ms exposed; 10 ms earlier: none
     assert replace(t, tail_s=0.003).exposed_s == pytest.approx(0.002)
     assert replace(t, tail_s=0.010).exposed_s == 0.0
     # once per micro-batch (m = 4): only the last reduction reaches the tail
-    t4 = DpTraffic(grads_s=0.010, reductions=4, grad_window_s=0.005, last_bucket=0.1, tail_s=0.003)
+    t4 = DpTraffic(grads_s=0.010, reductions=4, grad_window_s=0.005, last_bucket=0.1, tail_s=0.003,
+                   overlap_contention=0.0)
     assert t4.exposed_s == pytest.approx(3 * 0.005 + 0.002)
+    # the contention stretches the stage's own last backward, which the cool-down does not hide: with the tail
+    # covering the rest, K x the 5 ms of overlap remain (K = DP_OVERLAP_CONTENTION, measured)
+    assert replace(t, tail_s=0.010, overlap_contention=DP_OVERLAP_CONTENTION).exposed_s == \
+        pytest.approx(DP_OVERLAP_CONTENTION * 0.005)
 
 
 def test_estimate_gives_each_stage_its_cool_down():

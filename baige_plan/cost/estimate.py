@@ -953,6 +953,17 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
                      slack_gib=slack_bytes(mem, allocated, full_rc) / GIB, outside_gib=outside_gib(mem, groups))
 
 
+# What an overlapped data-parallel collective (the gradient reduction under the backward, the distributed optimizer's
+# parameter all-gather under the next forward) costs the compute beside it, per second of the collective: the window
+# takes max(collective, window + K min(collective, window)) (DpTraffic.exposed_s). Measured, not fitted:
+# benchmarks/real/collective_contention.py, bf16 GEMM chains beside 512 MiB NCCL collectives on 2 and 4 H200 over
+# NVLink, K = all-gather 0.566 / 0.583, reduce-scatter 1.682 / 0.859, all-reduce 0.346 / 0.411: the median of the
+# six, 0.574. Applied across nodes as measured inside one (multi-node hierarchical collectives were not measured).
+# Fitted jointly with specs/calibration.py's constants instead, leave-one-source-out moved those along their ridges
+# (held-out median 7.0 %, p90 24.8 %, where this measured value gives 6.4 % / 22.3 %).
+DP_OVERLAP_CONTENTION = 0.574
+
+
 @dataclass(frozen=True)
 class DpTraffic:
     """One stage's data-parallel / ZeRO traffic per step, as its runtime runs it (specs/runtime.py).
@@ -983,6 +994,7 @@ class DpTraffic:
     extra_s: float = 0.0
     zero3_overlap: float = ZERO3_OVERLAP   # Calibration.zero3_overlap
     tail_s: float = 0.0
+    overlap_contention: float = DP_OVERLAP_CONTENTION
 
     @property
     def total_s(self) -> float:
@@ -1000,6 +1012,14 @@ class DpTraffic:
         g = (self.reductions - 1) * over(self.grads_s) + max(0.0, last - self.tail_s) if self.reductions \
             else max(0.0, last - self.tail_s)
         p = max(0.0, self.params_s - self.param_window_s)
+        k = self.overlap_contention
+        if k:
+            # a collective beside the compute it overlaps slows it by k x their overlap (Calibration
+            # dp_overlap_contention): the window takes max(collective, window + k min(collective, window))
+            if self.grad_window_s > 0 and self.reductions:
+                g = max(g, k * self.reductions * min(self.grads_s, self.grad_window_s))
+            if self.param_window_s > 0:
+                p = max(p, k * min(self.params_s, self.param_window_s))
         z = 0.0
         if self.zero3_s > 0:
             c, m = self.zero3_compute_s, self.zero3_s
