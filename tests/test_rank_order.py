@@ -123,3 +123,15 @@ def test_plan_takes_the_faster_order():
     times = {o: estimate(model, cl, job, s.with_(tp_pp_dp_mapping=o)).step_time_s for o in (False, True)}
     assert best.strategy.tp_pp_dp_mapping == (times[True] < times[False])
     assert best.step_time_s == pytest.approx(min(times.values()))
+
+
+def test_placement_follows_the_order():
+    """search/placement.py's worked example (tp 2, dp 2, pp 2 on 2 nodes x 4): the default order puts replica 1 of
+    stage 0 on ranks 2-3 and stage 1 on node 1; tp-pp-dp puts stage 1 of replica 0 on ranks 2-3 and replica 1 on
+    node 1 (Megatron RankGenerator with order tp-cp-ep-pp-dp)."""
+    from baige_plan.search.placement import placement
+    d = placement(2, 1, 2, 2, "g", 4)
+    m = placement(2, 1, 2, 2, "g", 4, tp_pp_dp=True)
+    assert [(s.stage, s.replica) for s in d] == [(0, 0), (0, 0), (0, 1), (0, 1), (1, 0), (1, 0), (1, 1), (1, 1)]
+    assert [(s.stage, s.replica) for s in m] == [(0, 0), (0, 0), (1, 0), (1, 0), (0, 1), (0, 1), (1, 1), (1, 1)]
+    assert [s.tp_rank for s in m] == [0, 1] * 4 and [s.node for s in m] == [0] * 4 + [1] * 4

@@ -245,7 +245,8 @@ def plan(
         from baige_plan.search.placement import placement
         with progress_line(f"writing {out}: placement of {cl.devices:,} devices"):
             s0, g0 = first.strategy, cl.groups[0]
-            slots = placement(s0.tp, s0.cp, s0.dp, s0.pp, g0.name, g0.devices_per_node, nodes=pr.nodes_used)
+            slots = placement(s0.tp, s0.cp, s0.dp, s0.pp, g0.name, g0.devices_per_node, nodes=pr.nodes_used,
+                              tp_pp_dp=s0.tp_pp_dp_mapping)
             doc = plan_doc(m, cl, job, first, res, chip_docs, max_memory_frac,
                            [e for _, e, _ in ranked[1:max(top, 1 + RUNNERS_UP)]], slots)
             if idle:

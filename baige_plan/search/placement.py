@@ -21,6 +21,13 @@ Worked example: tp=2, cp=1, dp=2, pp=2 on 2 nodes x 4 devices (8 ranks):
 TP pairs {0,1} {2,3} {4,5} {6,7} share a node; DP pairs {0,2} {1,3} stay in node 0; the pipeline
 p2p (rank 0 -> 4) crosses to node 1.
 
+With Megatron's --use-tp-pp-dp-mapping (StrategySpec.tp_pp_dp_mapping: order "tp-cp-ep-pp-dp") stages come before
+replicas:
+    stage    = (local // (tp*cp)) % pp
+    replica  = local // (tp*cp*pp)
+so in the example above ranks 0-1 are stage 0 and 2-3 stage 1 of replica 0 (pipeline p2p rank 0 -> 2 inside node 0),
+and the DP pairs {0,4} {1,5} cross to node 1.
+
 A plan on part of its cluster (search/partial.py: fewer nodes, `--exclude`) passes `nodes`, the usable node
 indices in order: the k-th node the formula fills is nodes[k] (ranks 0-7 on nodes [0, 1, 2, 4] go to node 0,
 ranks 24-31 to node 4), so excluded nodes host no rank.
@@ -51,22 +58,27 @@ class Slot:
 
 
 def place(rank: int, tp: int, cp: int, dp: int, pp: int, group: str, devices_per_node: int,
-          pipeline: int = 0, first_rank: int = 0, group_first_rank: int = 0) -> Slot:
+          pipeline: int = 0, first_rank: int = 0, group_first_rank: int = 0, tp_pp_dp: bool = False) -> Slot:
     """Where `rank` goes, for one pipeline shape (tp, cp, dp, pp) starting at `first_rank` on a group whose
-    first device has global rank `group_first_rank`. Pure: no state, no I/O."""
+    first device has global rank `group_first_rank`; `tp_pp_dp`: Megatron's tp-cp-ep-pp-dp order. Pure: no state,
+    no I/O."""
     local = rank - first_rank
     if not 0 <= local < tp * cp * dp * pp:
         raise ValueError(f"rank {rank} is outside this shape's ranks [{first_rank}, {first_rank + tp * cp * dp * pp})")
     in_group = rank - group_first_rank
+    if tp_pp_dp:
+        replica, stage = local // (tp * cp * pp), (local // (tp * cp)) % pp
+    else:
+        replica, stage = (local // (tp * cp)) % dp, local // (tp * cp * dp)
     return Slot(rank=rank, group=group, node=in_group // devices_per_node, device=in_group % devices_per_node,
-                pipeline=pipeline, replica=(local // (tp * cp)) % dp, stage=local // (tp * cp * dp),
-                tp_rank=local % tp, cp_rank=(local // tp) % cp)
+                pipeline=pipeline, replica=replica, stage=stage, tp_rank=local % tp, cp_rank=(local // tp) % cp)
 
 
 def placement(tp: int, cp: int, dp: int, pp: int, group: str, devices_per_node: int,
-              nodes: Sequence[int] | None = None) -> list[Slot]:
-    """Every rank of a homogeneous plan, rank order; `nodes`: the usable node indices (default 0, 1, ...)."""
-    slots = [place(r, tp, cp, dp, pp, group, devices_per_node) for r in range(tp * cp * dp * pp)]
+              nodes: Sequence[int] | None = None, tp_pp_dp: bool = False) -> list[Slot]:
+    """Every rank of a homogeneous plan, rank order; `nodes`: the usable node indices (default 0, 1, ...);
+    `tp_pp_dp`: Megatron's tp-cp-ep-pp-dp order (StrategySpec.tp_pp_dp_mapping)."""
+    slots = [place(r, tp, cp, dp, pp, group, devices_per_node, tp_pp_dp=tp_pp_dp) for r in range(tp * cp * dp * pp)]
     if nodes is None:
         return slots
     need = -(-len(slots) // devices_per_node)

@@ -84,7 +84,7 @@ class Candidate:
     def placement(self) -> list[Slot]:
         if self.strategy is not None:
             s, g = self.strategy, self.cluster.groups[0]
-            return placement(s.tp, s.cp, s.dp, s.pp, g.name, g.devices_per_node)
+            return placement(s.tp, s.cp, s.dp, s.pp, g.name, g.devices_per_node, tp_pp_dp=s.tp_pp_dp_mapping)
         from baige_plan.search.hetero_placement import hetero_placement
         assert self.pipelines is not None
         return hetero_placement(self.pipelines, self.cluster)
