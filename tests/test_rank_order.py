@@ -4,6 +4,7 @@ runtimes that do or do not have it."""
 
 from __future__ import annotations
 
+import json
 import textwrap
 
 import pytest
@@ -135,3 +136,16 @@ def test_placement_follows_the_order():
     assert [(s.stage, s.replica) for s in d] == [(0, 0), (0, 0), (0, 1), (0, 1), (1, 0), (1, 0), (1, 1), (1, 1)]
     assert [(s.stage, s.replica) for s in m] == [(0, 0), (0, 0), (1, 0), (1, 0), (0, 1), (0, 1), (1, 1), (1, 1)]
     assert [s.tp_rank for s in m] == [0, 1] * 4 and [s.node for s in m] == [0] * 4 + [1] * 4
+
+
+def test_plan_pin_keeps_one_order():
+    """`plan --tp-pp-dp-mapping` pins the order: the plan file says so and the export passes the flag."""
+    from typer.testing import CliRunner
+
+    from baige_plan.cli.app import app
+    args = ["plan", "llama3-8b", "h100-sxm5-80g:2x8", "--global-batch", "64", "--seq-len", "4096", "--tp", "2",
+            "--pp", "2", "--format", "json"]
+    on = json.loads(CliRunner().invoke(app, args + ["--tp-pp-dp-mapping"]).stdout)
+    off = json.loads(CliRunner().invoke(app, args + ["--no-tp-pp-dp-mapping"]).stdout)
+    assert on["plans"][0]["strategy"].get("tp_pp_dp_mapping") is True
+    assert "tp_pp_dp_mapping" not in off["plans"][0]["strategy"]

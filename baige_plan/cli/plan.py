@@ -106,6 +106,11 @@ def plan(
                                          help="Pin Megatron-core's EP all-to-all overlap (MoE, megatron and flagscale: "
                                          "--overlap-moe-expert-parallel-comm) [default: searched where it runs].",
                                          show_default=False),
+    tp_pp_dp_mapping: bool = typer.Option(None, "--tp-pp-dp-mapping/--no-tp-pp-dp-mapping",
+                                          help="Pin Megatron's rank order tp-cp-ep-pp-dp (--use-tp-pp-dp-mapping: "
+                                          "a replica's pipeline stages are neighbours) or the default tp-cp-ep-dp-pp "
+                                          "[default: both searched where they differ: pp > 1 and dp > 1].",
+                                          show_default=False),
     exclude: list[str] = typer.Option(None, "--exclude", metavar="NODES", help="Nodes not to use (broken or "
                                       "reserved): GROUP:INDEX or GROUP:FIRST-LAST, as in a plan's placement and "
                                       "`replan --drop`; comma- or space-separated, repeatable [default: none]."),
@@ -172,7 +177,8 @@ def plan(
                                           ("--last-stage-layers", last_stage_layers),
                                           ("--account-for-embedding", account_for_embedding or None),
                                           ("--account-for-loss", account_for_loss or None),
-                                          ("--moe-a2a-overlap", moe_a2a_overlap or None)) if v is not None}
+                                          ("--moe-a2a-overlap", moe_a2a_overlap or None),
+                                          ("--tp-pp-dp-mapping", tp_pp_dp_mapping or None)) if v is not None}
             if refused:
                 raise InputError("plan", ", ".join(refused), "on a cluster of several groups each pipeline shape "
                                  "has its own replicas, and the heterogeneous runtime runs no cp, ep or vpp; pin "
@@ -197,7 +203,8 @@ def plan(
                     recompute=recompute.value if recompute else None, sequence_parallel=sequence_parallel,
                     attention=attention.value, first_stage_layers=first_stage_layers,
                     last_stage_layers=last_stage_layers, account_for_embedding=account_for_embedding,
-                    account_for_loss=account_for_loss, moe_a2a_overlap=moe_a2a_overlap)
+                    account_for_loss=account_for_loss, moe_a2a_overlap=moe_a2a_overlap,
+                    tp_pp_dp_mapping=tp_pp_dp_mapping)
         if len(excluded.get(cl.groups[0].name, ())) >= cl.groups[0].nodes:   # SPEC §3: no feasible plan, exit 1
             err(f"no feasible plan: --exclude leaves no node of the cluster (all {cl.groups[0].nodes} nodes of group "
                 f"{cl.groups[0].name!r} excluded)")
