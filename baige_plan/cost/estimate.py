@@ -1014,8 +1014,8 @@ class DpTraffic:
         p = max(0.0, self.params_s - self.param_window_s)
         k = self.overlap_contention
         if k:
-            # a collective beside the compute it overlaps slows it by k x their overlap (Calibration
-            # dp_overlap_contention): the window takes max(collective, window + k min(collective, window))
+            # a collective beside the compute it overlaps slows it by k x their overlap (DP_OVERLAP_CONTENTION):
+            # the window takes max(collective, window + k min(collective, window))
             if self.grad_window_s > 0 and self.reductions:
                 g = max(g, k * self.reductions * min(self.grads_s, self.grad_window_s))
             if self.param_window_s > 0:
