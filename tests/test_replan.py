@@ -291,5 +291,9 @@ def test_lose_one_of_32_nodes_keeps_a_close_layout_and_says_why_nodes_idle(tmp_p
     assert not n["plan"].startswith("fresh:") and n["plan"].split(":")[0] in (
         "old layout kept", "old stages, layers rebalanced", "old tp/cp kept, new pipeline", "new layout")
     old = yaml.safe_load(p.read_text())["strategy"]
-    assert n["strategy"]["tp"] == old["tp"] and n["strategy"]["cp"] == old["cp"]      # the shards keep their width
+    # the tensor shards keep their width; cp may change: on 28 nodes the data-parallel size must divide 128, and
+    # since overlapped DP reductions cost their measured contention (cost/estimate.py DP_OVERLAP_CONTENTION) the
+    # cp 1 layouts there (tp 8 pp 7 dp 4 ...) fall outside --max-loss, so the closest plan within it has cp 2
+    assert n["strategy"]["tp"] == old["tp"]
+    assert n["plan"].startswith("new layout") or n["strategy"]["cp"] == old["cp"]
     assert n["tokens_per_s"] >= 0.97 * rep["fresh"]["tokens_per_s"] * (1 - 1e-6)

@@ -349,8 +349,8 @@ def _solve_block(model, cluster, job, block: list[tuple[Template, StrategySpec]]
 
 def polish(model, cluster, job, p: PipelinesSpec, memory_frac: float,
            max_evals: int = 400, cache: dict | None = None) -> tuple[PipelinesSpec, Estimate | None]:
-    """Exact-model local search: move one layer across a stage boundary or micro-batches between
-    shapes while the step time improves. First improvement, scanning on from where the last move
+    """Exact-model local search: move one layer across a stage boundary (or to a non-adjacent stage) or
+    micro-batches between shapes while the step time improves. First improvement, scanning on from where the last move
     was found, until a full pass finds none or `max_evals` exact evaluations (a count, not a
     clock, so results are reproducible) are spent. `cache`: the search's stage-cost memo (pure), shared."""
     cache = {} if cache is None else cache
@@ -435,6 +435,32 @@ def _neighbours(p: PipelinesSpec):
         shapes[j] = replace(sj, micro_batches=sj.micro_batches - dj)
         shapes[k] = replace(sk, micro_batches=sk.micro_batches + dk)
         yield replace(p, shapes=tuple(shapes))
+    # a layer from a stage to a non-adjacent one (every cut between them shifts by one step): a per-step term the
+    # linear model leaves out (the exposed DP reduction grows with a stage's parameters) can make the best split
+    # two adjacent moves away, with the intermediate split slower than both
+    for j, sh in enumerate(p.shapes):
+        step = p.knob(sh, "vpp")
+        counts = [s.n_layers for s in sh.stages]
+        for i, k in product(range(len(counts)), repeat=2):
+            if abs(i - k) < 2 or counts[i] - step < 1:
+                continue
+            new = list(counts)
+            new[i] -= step
+            new[k] += step
+            yield _with_counts(p, j, new)
+
+
+def _with_counts(p: PipelinesSpec, j: int, counts: list[int]) -> PipelinesSpec:
+    """Plan p with shape j's stages holding `counts` layers, in order from its first layer."""
+    sh = p.shapes[j]
+    start = sh.stages[0].layers[0]
+    stages = []
+    for st, n in zip(sh.stages, counts, strict=True):
+        stages.append(StageSpec(st.group, (start, start + n), st.tp))
+        start += n
+    shapes = list(p.shapes)
+    shapes[j] = replace(sh, stages=tuple(stages))
+    return replace(p, shapes=tuple(shapes))
 
 
 def standalone_throughputs(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, memory_frac: float,
