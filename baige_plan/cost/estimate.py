@@ -273,7 +273,7 @@ def dp_ranks_per_node(dpn: int, s: StrategySpec, size: int) -> int:
     dp ranks stride over whole replicas (tp x cp x pp ranks). Worked example: 64-GPU NVLink domain, tp 4 cp 2 pp 8
     dp 8: default, the 16 ranks of a dp x cp group share the domain (stride 4: 64 // 4 = 16); tp-pp-dp, a replica
     fills the domain, so a group has its 2 cp ranks there and crosses the NIC to the other 7 replicas."""
-    if not getattr(s, "tp_pp_dp_mapping", False):
+    if not s.tp_pp_dp_mapping:
         return _placement_per_node(dpn, s.tp, size)
     cp_here = _placement_per_node(dpn, s.tp, s.cp)
     replicas_here = max(1, dpn // (s.tp * s.cp * s.pp))
@@ -557,7 +557,8 @@ class _StageContext:
 # _stage_context keys on every other field (a field added to StrategySpec is in the key unless listed here).
 # tests/test_search_prune.py checks that the layer terms do not change with them.
 _STAGE_ONLY_FIELDS = frozenset({"pp", "dp", "vpp", "first_stage_layers", "last_stage_layers", "account_for_embedding",
-                                "account_for_loss", "balanced_partition", "pipeline_layout"})
+                                "account_for_loss", "balanced_partition", "pipeline_layout",
+                                "tp_pp_dp_mapping"})   # the rank order moves only the pp and dp links
 
 
 @cache

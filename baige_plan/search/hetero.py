@@ -349,7 +349,7 @@ def _solve_block(model, cluster, job, block: list[tuple[Template, StrategySpec]]
 
 def polish(model, cluster, job, p: PipelinesSpec, memory_frac: float,
            max_evals: int = 400, cache: dict | None = None) -> tuple[PipelinesSpec, Estimate | None]:
-    """Exact-model local search: move one layer across a stage boundary (or to a non-adjacent stage) or
+    """Exact-model local search: move one layer across a stage boundary (or to the stage two places away) or
     micro-batches between shapes while the step time improves. First improvement, scanning on from where the last move
     was found, until a full pass finds none or `max_evals` exact evaluations (a count, not a
     clock, so results are reproducible) are spent. `cache`: the search's stage-cost memo (pure), shared."""
@@ -441,27 +441,12 @@ def _neighbours(p: PipelinesSpec):
     # S^2 evaluations a pass on long pipelines (the 16,384-device three-family plan: 1.8 -> 4.0 s)
     for j, sh in enumerate(p.shapes):
         step = p.knob(sh, "vpp")
-        counts = [s.n_layers for s in sh.stages]
-        for i, k in product(range(len(counts)), repeat=2):
-            if abs(i - k) != 2 or counts[i] - step < 1:
-                continue
-            new = list(counts)
-            new[i] -= step
-            new[k] += step
-            yield _with_counts(p, j, new)
-
-
-def _with_counts(p: PipelinesSpec, j: int, counts: list[int]) -> PipelinesSpec:
-    """Plan p with shape j's stages holding `counts` layers, in order from its first layer."""
-    sh = p.shapes[j]
-    start = sh.stages[0].layers[0]
-    stages = []
-    for st, n in zip(sh.stages, counts, strict=True):
-        stages.append(StageSpec(st.group, (start, start + n), st.tp))
-        start += n
-    shapes = list(p.shapes)
-    shapes[j] = replace(sh, stages=tuple(stages))
-    return replace(p, shapes=tuple(shapes))
+        for i in range(len(sh.stages) - 2):
+            c1, c2 = sh.stages[i].layers[1], sh.stages[i + 1].layers[1]
+            for d in (step, -step):     # stage i + 2 -> i, stage i -> i + 2
+                if sh.stages[i + 2 if d > 0 else i].n_layers - step < 1:
+                    continue
+                yield _move_cut(_move_cut(p, j, i, c1 + d), j, i + 1, c2 + d)
 
 
 def standalone_throughputs(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, memory_frac: float,

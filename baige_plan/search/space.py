@@ -40,11 +40,10 @@ Cand = tuple
 FIELDS = ("tp", "pp", "dp", "cp", "ep", "etp", "zero", "micro_batch", "vpp", "recompute", "sp", "first", "last",
           "attention", "account", "a2a", "order")
 COL = {k: i for i, k in enumerate(FIELDS)}
-# StrategySpec field -> the candidate column that sets it (one to one: _strategy_fields)
-_CAND_INDEX = {"tp": 0, "pp": 1, "dp": 2, "cp": 3, "ep": 4, "etp": 5, "zero": 6, "micro_batch": 7, "vpp": 8,
-               "recompute": 9, "sequence_parallel": 10, "first_stage_layers": 11, "last_stage_layers": 12,
-               "attention": 13, "account_for_embedding": 14, "account_for_loss": 14, "moe_a2a_overlap": 15,
-               "tp_pp_dp_mapping": 16}
+# StrategySpec field -> the candidate column that sets it (_strategy_fields)
+_CAND_INDEX = {**{k: COL[k] for k in FIELDS[:10]}, "sequence_parallel": COL["sp"], "first_stage_layers": COL["first"],
+               "last_stage_layers": COL["last"], "attention": COL["attention"], "account_for_embedding": COL["account"],
+               "account_for_loss": COL["account"], "moe_a2a_overlap": COL["a2a"], "tp_pp_dp_mapping": COL["order"]}
 
 
 @dataclass(frozen=True)

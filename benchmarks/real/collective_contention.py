@@ -20,7 +20,7 @@ import os
 
 import torch
 import torch.distributed as dist
-from gpu_timing import emit, events_s, write_rows
+from gpu_timing import contention_s, emit, events_s, write_rows
 
 
 def main() -> None:
@@ -64,17 +64,7 @@ def main() -> None:
                 for _ in range(reps):
                     torch.matmul(x, w)
 
-            def both(chain=chain, coll=coll) -> None:
-                cur = torch.cuda.current_stream()
-                comm.wait_stream(cur)
-                with torch.cuda.stream(comm):
-                    coll()
-                chain()
-                cur.wait_stream(comm)
-
-            gemm_s = events_s(chain, args.iters, True)
-            both_s = events_s(both, args.iters, True)
-            k = max(0.0, both_s - gemm_s) / coll_s
+            gemm_s, both_s, k = contention_s(chain, coll, coll_s, comm, args.iters)
             row = {"world": world, "device": torch.cuda.get_device_name(), "collective": name, "mib": mib,
                    "coll_ms": round(coll_s * 1e3, 4), "gemm_chain_ms": round(gemm_s * 1e3, 4), "gemms": reps,
                    "both_ms": round(both_s * 1e3, 4), "k": round(k, 4), "share": round(k / (1 + k), 4)}

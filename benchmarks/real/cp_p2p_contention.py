@@ -24,7 +24,7 @@ import os
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from gpu_timing import emit, events_s, write_rows
+from gpu_timing import contention_s, emit, events_s, write_rows
 
 
 def ring(send: torch.Tensor, recv: torch.Tensor, rank: int, world: int) -> None:
@@ -76,17 +76,7 @@ def main() -> None:
                 for _ in range(reps):
                     attn()
 
-            def both(chain=chain, p2p=p2p) -> None:
-                cur = torch.cuda.current_stream()
-                comm.wait_stream(cur)
-                with torch.cuda.stream(comm):
-                    p2p()
-                chain()
-                cur.wait_stream(comm)
-
-            attn_s = events_s(chain, args.iters, True)
-            both_s = events_s(both, args.iters, True)
-            kk = max(0.0, both_s - attn_s) / p2p_s
+            attn_s, both_s, kk = contention_s(chain, p2p, p2p_s, comm, args.iters)
             row = {"world": world, "device": torch.cuda.get_device_name(), "heads": heads, "tokens": tok,
                    "mib": mib, "p2p_ms": round(p2p_s * 1e3, 4), "attn_chain_ms": round(attn_s * 1e3, 4),
                    "attn_calls": reps, "both_ms": round(both_s * 1e3, 4), "k": round(kk, 4),

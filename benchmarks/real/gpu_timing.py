@@ -27,6 +27,23 @@ def events_s(fn, iters: int, barrier: bool = False) -> float:
     return a.elapsed_time(b) / 1e3 / iters
 
 
+def contention_s(work, comm, comm_s: float, stream, iters: int) -> tuple[float, float, float]:
+    """(work alone, work with `comm` issued on `stream` at its start, k) in seconds, every rank together: k = the
+    extra time over the collective's own `comm_s` (the share of the GPU it holds while it runs is k / (1 + k));
+    `work` must outlast `comm`."""
+    def both() -> None:
+        cur = torch.cuda.current_stream()
+        stream.wait_stream(cur)
+        with torch.cuda.stream(stream):
+            comm()
+        work()
+        cur.wait_stream(stream)
+
+    work_s = events_s(work, iters, True)
+    both_s = events_s(both, iters, True)
+    return work_s, both_s, max(0.0, both_s - work_s) / comm_s
+
+
 def emit(row: dict) -> None:
     """Print one result row as a JSON line on rank 0."""
     if dist.get_rank() == 0:
