@@ -399,3 +399,11 @@ def test_moe_a2a_overlap_exported():
                           moe_a2a_overlap=True))
     off = args_of(plan_doc(QWEN3, tp=2, pp=2, dp=64, ep=128, etp=1, m=16, vpp=47, nodes=32, seq=4096))
     assert "--overlap-moe-expert-parallel-comm" in on and "--overlap-moe-expert-parallel-comm" not in off
+
+
+def test_hsdp_sets_the_number_of_distributed_optimizer_instances():
+    # HSDP over dp 4 in shard groups of 2 (StrategySpec.fsdp_shard): Megatron-FSDP with 4 / 2 = 2 instances
+    # (--num-distributed-optimizer-instances, training/arguments.py; mcore_fsdp_adapter.py enable_hsdp)
+    a = args_of(plan_doc(LLAMA3_70B, tp=8, dp=4, m=4, zero=3, nodes=4, fsdp_shard=2))
+    assert a["--num-distributed-optimizer-instances"] == "2" and "--use-megatron-fsdp" in a
+    assert "--num-distributed-optimizer-instances" not in args_of(plan_doc(LLAMA3_70B, tp=8, dp=4, m=4, zero=3, nodes=4))

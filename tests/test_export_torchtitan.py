@@ -342,3 +342,12 @@ def test_plan_for_a_model_torchtitan_does_not_ship():
     r = CliRunner().invoke(app, ["plan", "llama2-7b", "h100-sxm5-80g:1x8", "--global-batch", "64",
                                  "--seq-len", "4096", "--runtime", "torchtitan"])
     assert r.exit_code == 0, r.output
+
+
+def test_hsdp_degrees():
+    # HSDP (StrategySpec.fsdp_shard): FSDP2 shards over dp_shard x cp, so 8 dp·cp ranks with cp 2 are dp_shard 4, and
+    # dp 16 x cp 2 = 32 ranks make 32 / 8 = 4 replicas
+    a = args_of(plan_doc(LLAMA3_8B, dp=16, cp=2, nodes=4, fsdp_shard=8))
+    assert (a["--parallelism.data_parallel_replicate_degree"], a["--parallelism.data_parallel_shard_degree"]) == ("4", "4")
+    a = args_of(plan_doc(LLAMA3_8B, dp=16, nodes=2))
+    assert (a["--parallelism.data_parallel_replicate_degree"], a["--parallelism.data_parallel_shard_degree"]) == ("1", "16")

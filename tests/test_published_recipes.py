@@ -40,7 +40,7 @@ def row(rid: str, shape=None, params=8030519296, chip="h100-sxm5-80g", family="n
             "cp": cp, "ep": 1, "etp": 1, "vpp": vpp, "micro_batch": mb, "zero": zero, "recompute": recompute,
             "sequence_parallel": tp > 1, "first_stage_layers": None, "last_stage_layers": None,
             "account_for_embedding": False, "account_for_loss": False, "pipeline_layout": None,
-            "recompute_modules": "", "tp_pp_dp_mapping": False, "precision": precision, "seq_len": 8192,
+            "recompute_modules": "", "tp_pp_dp_mapping": False, "fsdp_shard": 0, "precision": precision, "seq_len": 8192,
             "global_batch": 512, "runtime": runtime, "measured_step_time_s": step}
     return [vals[k] for k in COLUMNS]
 
@@ -186,3 +186,13 @@ def test_plan_says_when_none_is_near():
     r = CliRunner().invoke(app, ["plan", "opt-350m", "mi300x:1x8", "--global-batch", "64", "--seq-len", "2048"])
     assert r.exit_code == 0, r.stderr
     assert "published recipe: none near" in r.stdout
+
+
+def test_hybrid_sharding_is_kept_where_it_divides_the_new_data_parallel_group():
+    r = row("hsdp", zero=3, runtime="torchtitan")
+    r[COLUMNS.index("fsdp_shard")] = 8          # FSDP HYBRID_SHARD over each 8-GPU node (ibm_fms_fsdp rows)
+    job = JobSpec(128, 8192, "bf16")
+    assert adapt(index(r)[0], LLAMA8, 16, job, "torchtitan").fsdp_shard == 8     # dp 16: 2 replicas of 8
+    assert adapt(index(r)[0], LLAMA8, 8, job, "torchtitan").fsdp_shard == 0      # dp 8: one group, full sharding
+    assert adapt(index(r)[0], LLAMA8, 16, job, "deepspeed") is None or \
+        adapt(index(r)[0], LLAMA8, 16, job, "deepspeed").fsdp_shard == 0          # no hybrid sharding there

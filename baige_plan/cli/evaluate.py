@@ -100,6 +100,11 @@ def evaluate(
                                           help="Megatron: order ranks tp-cp-ep-pp-dp (--use-tp-pp-dp-mapping): a "
                                           "replica's pipeline stages are neighbours, data parallelism strides over "
                                           "replicas (NVL72 domains)."),
+    fsdp_shard: int = typer.Option(0, "--fsdp-shard", metavar="N",
+                                   help="Hybrid sharding (HSDP), zero 2/3: shard the states over groups of N of the "
+                                   "dp x cp ranks and replicate the groups (torchtitan data_parallel_shard_degree x "
+                                   "cp, FSDP HYBRID_SHARD, Megatron-FSDP --num-distributed-optimizer-instances "
+                                   "dp x cp / N) [default: 0, shard over all dp x cp ranks]."),
     max_memory_frac: float = typer.Option(MAX_MEMORY_FRAC, "--max-memory-frac",
                                           help="Fraction of device memory the strategy may use (fits: peak <= "
                                           "capacity x F; the output states F and the margin; the same default "
@@ -152,7 +157,7 @@ def evaluate(
                          account_for_embedding=account_for_embedding, account_for_loss=account_for_loss,
                          pipeline_layout=_layout(pipeline_layout),
                          grad_reduce_bf16=grad_reduce_bf16, moe_a2a_overlap=moe_a2a_overlap,
-                         tp_pp_dp_mapping=tp_pp_dp_mapping)
+                         tp_pp_dp_mapping=tp_pp_dp_mapping, fsdp_shard=fsdp_shard)
         s = pick_runtime(s, m, job, runtime)
         if execution is not None:
             s = s.with_(execution=execution.value)

@@ -874,12 +874,13 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
         # the main-grad buffer is bf16 ("4 + 16/d" row of Megatron's dist_optimizer.md)
         mem = replace(mem, grad_bytes_bf16=BF16_GRAD_BYTES)
     dp_dense = s.dp * s.cp
+    shard_n = s.fsdp_shard or dp_dense      # the ranks the states are sharded over (HSDP: one replica's)
     kb = getattr(s, "optimizer_bytes_per_param", 0.0) or None   # a recipe's optimizer state (cost/memory.py)
     # FSDP's SHARD_GRAD_OP (zero 2 where RuntimeSpec.fsdp_zero2): every state sharded as under zero 3, and the
     # gathered 16-bit parameters kept from each forward to its backward (below)
     shard_grad_op = s.zero == 2 and rt.fsdp_zero2
     zs = 3 if shard_grad_op else s.zero
-    w_b, g_b, k_b, st_b = state_bytes(mem, job.precision, zs, dp_dense, kb)
+    w_b, g_b, k_b, st_b = state_bytes(mem, job.precision, zs, shard_n, kb)
     we_b, ge_b, ke_b, ste_b = state_bytes(mem, job.precision, zs, s.edp, kb)
     weights = dense_p * w_b + expert_p * we_b
     grads = dense_p * g_b + expert_p * ge_b
@@ -1059,10 +1060,24 @@ def dp_traffic(st: StageCost, group: GroupSpec, s: StrategySpec, job: JobSpec, m
         nodes = -(-dp_n // max(1, dp_ranks_per_node(dpn, s, dp_n)))
         z_link = C.flat_ring_link(group, dp_n, pieces) if nodes > 1 and s.zero3_impl == "deepspeed" else link
         size = (dense + expert) * weight_bytes(job.precision)   # 16-bit (fp32 in fp32/tf32) weights and grads
+        replicas_s = 0.0
+        if s.fsdp_shard:
+            # HSDP: every gather and reduce-scatter stays inside one replica's shard group of fsdp_shard consecutive
+            # dp·cp ranks (torchtitan's dp_shard x cp mesh dimension, FSDP1 HYBRID_SHARD's node, Megatron-FSDP's
+            # intra_dp_cp group), then each reduce-scattered shard (1/fsdp_shard of the gradients) is all-reduced
+            # across the replicas, ranks fsdp_shard apart (FSDP2 foreach_reduce: reduce_scatter then all_reduce on
+            # the replicate group, per unit, with the reduce-scatter; FSDP1 _post_backward_hook likewise)
+            per_node = dp_ranks_per_node(dpn, s, dp_n)
+            shard, reps = s.fsdp_shard, dp_n // s.fsdp_shard
+            z_link = C.group_link(group, shard, min(shard, per_node), buckets=pieces)
+            r_link = C.group_link(group, reps, max(1, per_node // shard), buckets=pieces)
+            replicas_s = C.all_reduce_s(size / shard, r_link) + \
+                max(0, pieces - 1) * C.latency_s(r_link, "all_reduce")
         if rt.zero3_gather(s.pp) == "step":
             # pipelining + FSDP2: one gather before the first forward, one reduce-scatter in the last
             # backward; the stage's parameters stay unsharded in between
-            return DpTraffic(grads_s=C.reduce_scatter_s(size, z_link), grad_window_s=st.bwd_s * (1 - 1 / n_layers),
+            return DpTraffic(grads_s=C.reduce_scatter_s(size, z_link) + replicas_s,
+                             grad_window_s=st.bwd_s * (1 - 1 / n_layers),
                              params_s=C.all_gather_s(size, z_link), param_window_s=st.fwd_s,
                              last_bucket=1 / n_layers, tail_s=tail_s)
         # forward gather, backward gather, gradient reduce-scatter; SHARD_GRAD_OP keeps the forward's gather for
@@ -1070,6 +1085,7 @@ def dp_traffic(st: StageCost, group: GroupSpec, s: StrategySpec, job: JobSpec, m
         n_coll = 2 if shard_grad_op else 3
         per_mb = n_coll * C.all_gather_s(size, z_link)
         per_mb += n_coll * max(0, n_layers * zero3_collectives_per_layer(s) - 1) * C.latency_s(z_link, "all_gather")
+        per_mb += replicas_s
         return DpTraffic(reductions=0, zero3_s=per_mb * m, zero3_compute_s=m * st.time_s,
                          zero3_overlap=(calibration or COMMITTED).zero3_overlap_for(s.zero3_impl))
     sync = rt.grad_sync(s.zero, s.pp)
@@ -1130,7 +1146,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, s: StrategySp
     r = ChipRates.of(group.chip, engine_precision(group, job.precision, s.runtime))
     opt_s = 0.0
     for st in stages:
-        owned = st.dense_params / (s.dp * s.cp if s.zero >= 1 else 1) + st.expert_params / (s.edp if s.zero >= 1 else 1)
+        owned = st.dense_params / ((s.fsdp_shard or s.dp * s.cp) if s.zero >= 1 else 1) + \
+            st.expert_params / (s.edp if s.zero >= 1 else 1)
         opt_s = max(opt_s, owned * optimizer_rate(st, r))
     step = pipe + dp_exposed + opt_s
 

@@ -199,6 +199,10 @@ def megatron_args(doc: dict) -> tuple[list[tuple[str, object]], list[str], list[
     caveats += split_caveats
     if zero >= 3:
         a += _fsdp_args()
+        if s.get("fsdp_shard"):
+            # HSDP: Megatron-FSDP shards within dp·cp / R ranks and keeps R copies (mcore_fsdp_adapter.py
+            # _init_dist_index: enable_hsdp = num_distributed_optimizer_instances > 1)
+            a.append(("--num-distributed-optimizer-instances", dp * s.get("cp", 1) // int(s["fsdp_shard"])))
         if pp > 1:
             caveats.append(f"zero=3 with pp={pp}: Megatron-FSDP's parser takes it, but its per-micro-batch gathers were "
                            "read (and are costed) for pp=1 only; Megatron's FSDP examples run pp=1")

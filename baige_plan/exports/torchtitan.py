@@ -89,6 +89,16 @@ FLAVORS = (
 )
 
 
+def _hsdp_degrees(s: dict, dp: int, cp: int) -> tuple[int, int]:
+    """(data_parallel_replicate_degree, data_parallel_shard_degree) of a sharded plan: FSDP2 shards over
+    dp_shard x cp (parallel_dims.py), so a hybrid plan's shard group of fsdp_shard dp·cp ranks is dp_shard =
+    fsdp_shard / cp, replicated dp / dp_shard times (StrategySpec.fsdp_shard; 0 = full shard over dp)."""
+    sh = int(s.get("fsdp_shard") or 0)
+    if not sh:
+        return 1, dp
+    return dp * cp // sh, sh // cp
+
+
 def _shape(model) -> dict:
     """The planner's model (a plan's inputs.model dict or a ModelSpec) in Flavor's terms."""
     heads = _get(model, "heads")
@@ -457,7 +467,7 @@ def export(doc: dict) -> Export:
     if zero == 0:
         rep, shard = dp, 1
     else:
-        rep, shard = 1, dp
+        rep, shard = _hsdp_degrees(s, dp, cp)
         if zero == 1:
             caveats.append(f"torchtitan has no ZeRO-{zero}: exported as FSDP2 full shard (ZeRO-3) over dp={dp}, "
                            "which gathers parameters per micro-batch; the plan's DP traffic and memory do not hold")
@@ -745,7 +755,7 @@ def _export_v02(i: dict) -> Export:
                   ("--quantize.linear.float8.filter_fqns", "output")]
         caveats.append("fp8 = torchtitan's quantize.linear.float8 converter (rowwise, output layer kept bf16): needs "
                        "torchao and SM89+ GPUs; run eagerly as costed")
-    rep, shard = (dp, 1) if zero == 0 else (1, dp)
+    rep, shard = (dp, 1) if zero == 0 else _hsdp_degrees(s, dp, cp)
     if zero == 1:
         caveats.append(f"torchtitan has no ZeRO-1: exported as FSDP2 full shard (ZeRO-3) over dp={dp}")
     if tp > 1 and not s.get("sequence_parallel"):

@@ -12,14 +12,16 @@ table (one flow list per line, the values in `columns` order) so that it stays s
     columns: [id, source, model, layers, hidden, heads, kv_heads, ffn_hidden, vocab, experts, top_k,
               expert_ffn_hidden, params, chip, family, gpus, gpus_per_node, tp, pp, cp, ep, etp, vpp, micro_batch,
               zero, recompute, sequence_parallel, first_stage_layers, last_stage_layers, account_for_embedding,
-              account_for_loss, pipeline_layout, recompute_modules, tp_pp_dp_mapping, precision, seq_len, global_batch, runtime, measured_step_time_s]
+              account_for_loss, pipeline_layout, recompute_modules, tp_pp_dp_mapping, fsdp_shard, precision, seq_len,
+              global_batch, runtime, measured_step_time_s]
     rows:
     - ["nemo_perf_2502_gpt3_175b_b200_512gpu_fp8", "nemo_perf_2502", "GPT-3 175B ...", 96, 12288, ...]
 
 (model: the model's name in the source; experts, top_k, expert_ffn_hidden 0: a dense model; params: total
 parameters, cost/params.py; first/last_stage_layers null: not set; pipeline_layout: transformer layers per virtual
 stage, null: not set; recompute_modules: Megatron's beyond core_attn under selective recompute, "" none; tp_pp_dp_mapping: Megatron's
-tp-cp-ep-pp-dp rank order; measured_step_time_s null: not published.)
+tp-cp-ep-pp-dp rank order; fsdp_shard: the hybrid-sharding group, 0 full sharding; measured_step_time_s null: not
+published.)
 
 The nearest recipe (`candidates`, `nearest`): a recipe is near when it ran on the user's chip family and its
 model has the user's shape (layers, hidden, heads, kv_heads, ffn_hidden, vocab, experts, top_k,
@@ -29,7 +31,8 @@ count; then the same chip, else the same family; then the plan's runtime (a reci
 kept, after); then the closest GPU count (by ratio; the smaller count on equal ratios); then the job's
 precision; then the fastest measured (tokens/s per GPU: the recipe worth copying); then the id. The first one
 that adapts is taken (`adapt`): its tp,
-pp, cp, ep, etp, vpp, micro-batch, recompute, ZeRO stage, sequence parallelism and layer split (first / last stage
+pp, cp, ep, etp, vpp, micro-batch, recompute, ZeRO stage (hybrid sharding's group where it divides the new dp x cp and
+the runtime runs it, else full sharding), sequence parallelism and layer split (first / last stage
 layers, or the explicit pipeline layout: DeepSeek-V3's 61 layers on pp 4 x vpp 4) are kept, dp =
 devices / (tp·pp·cp); a recipe whose tp·pp·cp does not divide the devices, whose batch does not split over
 dp x micro-batch, that the model's shape refuses (heads, layers, experts) or that the runtime does not run is
@@ -61,13 +64,13 @@ PARAMS_RATIO = 2.0      # a model of another shape is near when its parameters a
 SHAPE = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "experts", "top_k", "expert_ffn_hidden")
 LAYOUT = ("tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "zero", "recompute", "sequence_parallel",
           "first_stage_layers", "last_stage_layers", "account_for_embedding", "account_for_loss", "pipeline_layout",
-          "recompute_modules", "tp_pp_dp_mapping")
+          "recompute_modules", "tp_pp_dp_mapping", "fsdp_shard")
 COLUMNS = ("id", "source", "model", *SHAPE, "params", "chip", "family", "gpus", "gpus_per_node", *LAYOUT,
            "precision", "seq_len", "global_batch", "runtime", "measured_step_time_s")
 _STR = {"id", "source", "model", "chip", "family", "precision", "runtime", "recompute_modules"}
 _BOOL = {"sequence_parallel", "account_for_embedding", "account_for_loss", "tp_pp_dp_mapping"}
 _OPT_INT = {"first_stage_layers", "last_stage_layers"}
-_MIN = {"zero": 0, **{k: 0 for k in SHAPE}}   # other integers are >= 1
+_MIN = {"zero": 0, "fsdp_shard": 0, **{k: 0 for k in SHAPE}}   # other integers are >= 1
 
 
 @dataclass(frozen=True)
@@ -255,6 +258,9 @@ def adapt(r: Recipe, model: ModelSpec, devices: int, job: JobSpec, runtime: str,
         splits.append({"first_stage_layers": None, "last_stage_layers": None, "account_for_embedding": False,
                        "account_for_loss": False, "pipeline_layout": None})
     rt = runtimes.get(runtime)
+    fs = r.get("fsdp_shard") or 0
+    if fs and not (fs < dp * cp and (dp * cp) % fs == 0 and fs % cp == 0 and r.get("zero") in rt.hsdp_zero):
+        fs = 0
     for split in splits:
         try:
             s = StrategySpec(tp=tp, pp=pp, dp=dp, cp=cp, ep=r.get("ep"), etp=r.get("etp"), zero=r.get("zero"),
@@ -262,7 +268,7 @@ def adapt(r: Recipe, model: ModelSpec, devices: int, job: JobSpec, runtime: str,
                              sequence_parallel=r.get("sequence_parallel") and tp > 1, attention=attention,
                              recompute_modules=modules,
                              tp_pp_dp_mapping=r.get("tp_pp_dp_mapping") and rt.tp_pp_dp_mapping,
-                             **split, **runtimes.knobs(runtime))
+                             fsdp_shard=fs if r.get("ep") == 1 else 0, **split, **runtimes.knobs(runtime))
             check_strategy(s, model, job, devices)
         except SpecError:
             continue

@@ -280,6 +280,7 @@ class RuntimeSpec:
     split_accounting: bool = False     # embedding / loss counted as pipeline layers (Megatron account_for_*)
     bf16_grad_reduce: bool = False     # bf16 main grads reduced in bf16 (Megatron --grad-reduce-in-bf16)
     tp_pp_dp_mapping: bool = False     # rank order tp-cp-ep-pp-dp on request (Megatron --use-tp-pp-dp-mapping)
+    hsdp_zero: tuple[int, ...] = ()    # ZeRO stages it runs hybrid-sharded (StrategySpec.fsdp_shard; () = none)
     cp_comm: str = "p2p"               # context-parallel attention: "p2p" ring | "allgather" | "torch_ring" (cost/cp.py)
     eager_traffic: str = "autocast_fp32"   # eager execution's non-GEMM traffic (cost/execution.py): the harness's
                                        # autocast over fp32 parameters, or "bf16" (bf16 parameters, fused norms)
@@ -387,6 +388,9 @@ class RuntimeSpec:
         why = self.model_refusal(model)
         if why:
             return why
+        if getattr(s, "fsdp_shard", 0) and s.zero not in self.hsdp_zero:
+            return (f"{self.name} has no hybrid sharding at zero={s.zero} (fsdp_shard={s.fsdp_shard})"
+                    + (f"; it runs it at zero {list(self.hsdp_zero)}" if self.hsdp_zero else ""))
         if getattr(s, "tp_pp_dp_mapping", False) and not self.tp_pp_dp_mapping:
             return f"{self.name} has no tp-pp-dp rank order (Megatron --use-tp-pp-dp-mapping)"
         if getattr(s, "grad_reduce_bf16", False):

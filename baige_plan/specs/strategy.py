@@ -71,6 +71,11 @@ class StrategySpec:
     tp_comm_overlap: bool = False           # Transformer Engine userbuffers: TP collectives overlap the GEMMs
     zero3_impl: str = "fsdp"                # ZeRO-3 collectives: fsdp (one per layer, NCCL hierarchical rings)
                                             # | deepspeed (one per weight, flat over the DP world; Narayanan 2021)
+    # hybrid sharding (HSDP): ZeRO-2/3 states sharded over groups of this many of the dp·cp ranks, the groups
+    # replicated (dp·cp / fsdp_shard copies, gradients all-reduced across them); 0: sharded over all dp·cp ranks.
+    # torchtitan data_parallel_shard_degree x cp (replicate = the rest), FSDP1 HYBRID_SHARD (the node), Megatron-FSDP
+    # --num-distributed-optimizer-instances = dp·cp / fsdp_shard (cost/estimate.py dp_traffic, state sharding)
+    fsdp_shard: int = 0
     runtime: str = "megatron"               # baige_plan/specs/runtimes/: whose execution semantics the cost follows
     attention_kernel: str = ""              # fused-attention kernel (fa2 | cudnn | fa3); "": the runtime's
     fp8_recipe: str = ""                    # fp8 scaling (delayed | current | mxfp8); "": the chip's (cost/fp8.py)
@@ -131,6 +136,19 @@ class StrategySpec:
                 f"must be fa2, cudnn or fa3, got {self.attention_kernel!r}")
         # the per-run release fields: their defaults (0, "") are the common case, so no message is built (hot: the
         # search constructs a strategy per candidate)
+        if self.fsdp_shard:
+            _pos(self.fsdp_shard, "fsdp_shard")
+            n = self.dp * self.cp
+            require(self.zero >= 2, "fsdp_shard",
+                    f"hybrid sharding (fsdp_shard={self.fsdp_shard}) shards ZeRO-2/3 states; zero={self.zero}")
+            require(1 < self.fsdp_shard < n and n % self.fsdp_shard == 0, "fsdp_shard",
+                    f"fsdp_shard={self.fsdp_shard} must divide dp·cp = {self.dp}·{self.cp} = {n} and lie strictly "
+                    f"between 1 and {n} (0 = shard over all {n}; zero 0 = no sharding)")
+            require(self.fsdp_shard % self.cp == 0, "fsdp_shard",
+                    f"fsdp_shard={self.fsdp_shard} must be a multiple of cp={self.cp}: the context-parallel ranks of "
+                    "a replica share its shards (torchtitan shards over data_parallel_shard x cp)")
+            require(self.ep == 1, "fsdp_shard",
+                    f"hybrid sharding with expert parallelism (ep={self.ep}) is not modelled: plan fsdp_shard 0")
         if self.activation_offload_layers:
             require(isinstance(self.activation_offload_layers, int) and self.activation_offload_layers >= 0,
                     "activation_offload_layers",

@@ -396,6 +396,8 @@ CASES = (
      "4096", "--zero", "3", "--ep", "8"),
     ("llama2-7b-fp16-a100", "llama2-7b", "a100-sxm4-80g:2x8", "--global-batch", "128", "--seq-len", "4096",
      "--precision", "fp16"),
+    ("llama3-8b-megatron-fsdp", "llama3-8b", "h100-sxm5-80g:2x8", "--global-batch", "128", "--seq-len", "4096",
+     "--tp", "1", "--pp", "1", "--cp", "1", "--zero", "3"),
     # Megatron-Bridge recipes (src/megatron/bridge/perf_recipes/{qwen/h100/qwen3_moe.py,llama/h100/llama31.py}):
     # 94 and 126 layers on pp 8 with vpp 4 and 8, embedding and loss counted as pipeline layers
     ("qwen3-235b-a22b-bridge-recipe", "qwen3-235b-a22b", "h100-sxm5-80g:32x8", "--global-batch", "8192",
@@ -414,6 +416,8 @@ EDITS = (
       "account_for_loss": None}),
     ("gpt3-175b-freeform-split-edited", "gpt3-175b-tp8-pp8-vpp2", [10, 12, 12, 14, 12, 12, 12, 12], {"vpp": 1}),
     ("llama3-70b-zero3-edited", "llama3-70b-gqa", None, {"zero": 3}),
+    # hybrid sharding (StrategySpec.fsdp_shard): dp 16 in shard groups of 8 -> --num-distributed-optimizer-instances 2
+    ("llama3-8b-megatron-hsdp-edited", "llama3-8b-megatron-fsdp", None, {"fsdp_shard": 8}),
     # the 405B recipe as published (recompute none), whatever the memory model says of it
     ("llama3-405b-bridge-recipe-edited", "llama3-405b-bridge-recipe-fullrec", None, {"recompute": "none"}),
 )

@@ -78,7 +78,7 @@ def expected(plan: dict) -> dict:
          "starts": [st["layers"][0] for st in stages], "seq": plan["inputs"]["job"]["seq_len"],
          "precision": plan["inputs"]["job"].get("precision", "bf16"), "model": plan["inputs"]["model"],
          "shapes": len(plan["pipelines"]), "groups": sorted({st.get("group", "") for st in stages}),
-         "stage_tps": sorted({st["tp"] for st in stages})}
+         "stage_tps": sorted({st["tp"] for st in stages}), "fsdp_shard": int(s.get("fsdp_shard") or 0)}
     e["sp"] = e["sp"] and e["tp"] > 1
     e["world"] = e["tp"] * e["pp"] * e["dp"] * e["cp"]
     e["gb"] = e["dp"] * e["m"] * e["mb"]
@@ -266,6 +266,8 @@ def check_dir(tt: Titan, d: Path) -> list[str]:
     need(e["zero"] in (0, 2, 3), f"zero={e['zero']}: torchtitan runs ZeRO-0 (replicate), ZeRO-2 (FSDP2 without "
          "resharding after forward) or ZeRO-3 (FSDP2) only")
     rep, shard = (e["dp"], 1) if e["zero"] == 0 else (1, e["dp"])
+    if e["zero"] >= 2 and e["fsdp_shard"]:      # HSDP: FSDP2 shards over dp_shard x cp (parallel_dims.py)
+        rep, shard = e["dp"] * e["cp"] // e["fsdp_shard"], e["fsdp_shard"] // e["cp"]
     eq("parallelism.data_parallel_replicate_degree", par.data_parallel_replicate_degree, rep)
     eq("parallelism.data_parallel_shard_degree", par.data_parallel_shard_degree, shard)
     eq("parallelism.tensor_parallel_degree", par.tensor_parallel_degree, e["tp"])

@@ -213,6 +213,9 @@ RUNTIME = RuntimeSpec(
     zero_stages=(0, 2, 3),              # 2: FSDP2 with fsdp_reshard_after_forward "never" (SHARD_GRAD_OP)
     zero_stages_with_pp=(0, 3),
     fsdp_zero2=True,
+    # HSDP: --parallelism.data_parallel_replicate_degree R x data_parallel_shard_degree S/cp (parallel_dims.py:
+    # dp_replicate x dp_shard mesh, FSDP2 fully_shard(mesh=(dp_replicate, dp_shard_cp)))
+    hsdp_zero=(2, 3),
     interleaved=True,
     context_parallel=True,
     expert_parallel=True,
