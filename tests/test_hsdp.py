@@ -88,3 +88,13 @@ def test_runtimes_without_hybrid_sharding_refuse_it():
     assert runtimes.get("torchtitan").refusal(s, None, JOB) is None
     assert "no hybrid sharding" in runtimes.get("deepspeed").refusal(s.with_(runtime="deepspeed"), None, JOB)
     assert runtimes.get("megatron").refusal(s.with_(runtime="megatron"), None, JOB) is None
+
+
+def test_a_pipelines_plan_with_hybrid_sharding_is_refused_not_ignored():
+    # heterogeneous / multi-shape plans are costed by cost/hetero.py, which has no hybrid sharding
+    from baige_plan.errors import InputError
+    from baige_plan.io.plans import _pipelines_spec
+    with pytest.raises(InputError) as e:
+        _pipelines_spec({"fsdp_shard": 2, "micro_batch": 1, "zero": 3, "recompute": "none",
+                         "sequence_parallel": False}, [], "plan.yaml")
+    assert "strategy.fsdp_shard" in str(e.value)

@@ -379,6 +379,10 @@ def _shape_micro_batch(p: dict, plan_wide: int) -> int:
 
 def _pipelines_spec(sd: dict, pipes: list, src: str):
     from baige_plan.specs.pipeline import PipelineShape, PipelinesSpec, ShapeKnobs, StageSpec
+    if sd.get("fsdp_shard"):
+        # cost/hetero.py costs each shape's data parallelism without hybrid sharding: refuse rather than ignore it
+        raise InputError(src, "strategy.fsdp_shard", f"hybrid sharding (fsdp_shard={sd['fsdp_shard']}) is costed for "
+                         "one-group plans of one pipeline shape; this plan's pipelines are not: remove it")
     shapes = []
     for p in pipes:
         kn = dict(p.get("strategy") or {})
