@@ -399,6 +399,9 @@ def _notes(doc: dict, none_why: str) -> list[str]:
            for d in doc["plans"]):
         out.append("^: Megatron's tp-pp-dp rank order (--use-tp-pp-dp-mapping): a replica's pipeline stages are "
                    "neighbours, data parallelism strides over replicas; (^): either order, equal")
+    if any(d["strategy"].get("fsdp_shard") for d in doc["plans"]):
+        out.append("3hN: hybrid sharding (HSDP): ZeRO-3 states sharded over groups of N data-parallel ranks (a node's), "
+                   "the groups replicated and their gradient shards all-reduced across them")
     out.append(recipe_line(doc.get("published_recipe"), doc["plans"][0], none_why))
     return out
 

@@ -43,6 +43,8 @@ def _strat_cells(s: dict, equivalent: dict | None = None) -> list[str]:
             cell += "(+ov)" if "moe_a2a_overlap" in eq else "+ov" if s.get("moe_a2a_overlap") else ""
         if k == "dp":   # Megatron's tp-pp-dp rank order rides on the dp cell: 8^ (on), 8(^) (either)
             cell += "(^)" if "tp_pp_dp_mapping" in eq else "^" if s.get("tp_pp_dp_mapping") else ""
+        if k == "zero" and s.get("fsdp_shard"):   # hybrid sharding rides on the zero cell: 3h8 (sharded over 8)
+            cell += f"h{s['fsdp_shard']}"
         return cell
 
     return [c(k) for k in ("tp", "pp", "dp", "cp", "ep", "zero", "micro_batch", "vpp", "recompute",
@@ -115,7 +117,8 @@ def layout_text(s: dict) -> str:
     """A strategy in a line: tp 4 pp 8 dp 16 vpp 6 mb 1 zero 1 recompute none (cp, ep, vpp when > 1)."""
     parts = [f"tp {s['tp']}", f"pp {s['pp']}", f"dp {s['dp']}"]
     parts += [f"{k} {s[k]}" for k in ("cp", "ep", "vpp") if s.get(k, 1) != 1]
-    tail = [f"mb {s['micro_batch']}", f"zero {s['zero']}", f"recompute {s['recompute']}"]
+    zero = f"{s['zero']} (hybrid, sharded over {s['fsdp_shard']})" if s.get("fsdp_shard") else s["zero"]
+    tail = [f"mb {s['micro_batch']}", f"zero {zero}", f"recompute {s['recompute']}"]
     return " ".join(parts + tail + (["EP all-to-all overlap"] if s.get("moe_a2a_overlap") else [])
                     + (["rank order tp-pp-dp"] if s.get("tp_pp_dp_mapping") else []))
 

@@ -185,7 +185,8 @@ class Bounds:
         P = self._params(a)
         A = self._act(a)
         micro = job.global_batch / (dp * mb)
-        dpd = dp * cp
+        shard = a[:, COL["shard"]].astype(np.float64)
+        dpd = np.where(shard > 0, shard, dp * cp)     # hybrid sharding: the states over its shard group
         edp = tp * cp * dp / (ep * etp)
         eager = self.runtime.execution == "eager"
         fp32 = job.precision in FP32_PRECISIONS
@@ -342,7 +343,10 @@ class Bounds:
         # ZeRO-3 gathers per micro-batch unless the runtime gathers once per step with pipelining
         per_mb = {int(x): self.runtime.zero3_gather(int(x)) == "micro_batch" for x in np.unique(pp)}
         z3_mb = np.vectorize(per_mb.__getitem__, otypes=[bool])(pp.astype(np.int64))
-        lb = (pipe + opt + np.where(z3_mb, self._zero3_lb(P, zero, dp * cp, micro), 0.0)) * (1 - SAFETY)
+        # hybrid sharding gathers over its shard group only (the replicas' all-reduce is left out of the bound)
+        shard = a[:, COL["shard"]].astype(np.float64)
+        z3_n = np.where(shard > 0, shard, dp * cp)
+        lb = (pipe + opt + np.where(z3_mb, self._zero3_lb(P, zero, z3_n, micro), 0.0)) * (1 - SAFETY)
         return lb, micro, t_max, total, t0, opt
 
     def dp_lb_s(self, s: StrategySpec, t_max_lb: float, total_lb: float, t0_lb: float, opt_lb: float) -> float:

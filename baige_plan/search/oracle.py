@@ -15,7 +15,7 @@ import itertools
 
 from baige_plan.cost.estimate import Estimate, estimate
 from baige_plan.errors import SpecError
-from baige_plan.search.space import Bounds, Cand, Pins, from_strategy, split_family
+from baige_plan.search.space import Bounds, Cand, Pins, divisors, from_strategy, shard_choices, split_family
 from baige_plan.specs import runtimes
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
@@ -49,6 +49,8 @@ def space_rules_ok(s: StrategySpec, model: ModelSpec, dpn: int, bounds: Bounds, 
         return False
     if s.tp_pp_dp_mapping and (s.pp == 1 or s.dp == 1):
         return False     # the same placement as the default order: counted once
+    if s.fsdp_shard not in shard_choices(bounds.runtime, s.zero, s.tp, s.dp, s.cp, s.ep, dpn, pins.fsdp_shard):
+        return False     # hybrid sharding: the node's share of the dp·cp ranks only
     if runtimes.get(bounds.runtime).refusal(s, model) is not None:
         return False
     return s.attention == pins.attention
@@ -85,16 +87,18 @@ def oracle_space(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, bounds: B
             continue
         dp = n // (tp * pp * cp)
         for ep, etp in itertools.product(rng if moe else [1], rng if moe else [1]):
-            for mb, vpp, zero, rec, sp, a2a, order in itertools.product(
+            for mb, vpp, zero, rec, sp, a2a, order, shard in itertools.product(
                     range(1, job.global_batch // dp + 1), range(1, L + 1), range(4), RECOMPUTE, (True, False),
-                    (False, True) if moe else (False,), (False, True)):
+                    (False, True) if moe else (False,), (False, True), (0, *divisors(dp * cp))):
+                if shard and zero < 2:
+                    continue     # hybrid sharding needs ZeRO-2/3 (StrategySpec would refuse it: skipped cheaply)
                 for first, last, acc_e, acc_l in layer_splits(pp, vpp):
                     try:
                         s = StrategySpec(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, zero=zero, micro_batch=mb,
                                          vpp=vpp, recompute=rec, sequence_parallel=sp, attention=pins.attention,
                                          first_stage_layers=first, last_stage_layers=last,
                                          account_for_embedding=acc_e, account_for_loss=acc_l, moe_a2a_overlap=a2a,
-                                         tp_pp_dp_mapping=order,
+                                         tp_pp_dp_mapping=order, fsdp_shard=shard,
                                          **runtimes.knobs(bounds.runtime))
                         check_strategy(s, model, job, n)
                     except SpecError:

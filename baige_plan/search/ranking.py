@@ -13,8 +13,8 @@ stays the exact optimum of the cost model (search/solver.py, checked by search/o
    is expected in (cost/bands.py). Among the TIE_POOL fastest rows, the rows whose bands overlap the band of
    the fastest row are a tie group; the rest of the pool is grouped the same way around its own fastest row,
    and so on. Within a group the order is simpler first:
-     fewer parallel dimensions above 1 (tp, pp, cp, ep, vpp, and ZeRO-3 count one each; dp does not; ZeRO-3 not
-     where the runtime shards by default, torchtitan),
+     fewer parallel dimensions above 1 (tp, pp, cp, ep, vpp, ZeRO-3 and hybrid sharding count one each; dp does
+     not; ZeRO-3 not where the runtime shards by default, torchtitan),
      then no context parallelism (a group where every row uses cp is unaffected),
      then a layout (tp, pp, cp, ep, vpp) a published recipe uses (io/recipes.py),
      then predicted step time, then the search's order.
@@ -46,10 +46,10 @@ def sig(x: float, digits: int = 6) -> float:
 
 
 def simplicity(s: StrategySpec) -> tuple:
-    """The order of equivalent knobs, simplest first: recompute none < selective < full, lower ZeRO stage,
-    smaller micro-batch, sequence parallelism off, flash attention, the EP all-to-all overlap off, Megatron's
+    """The order of equivalent knobs, simplest first: recompute none < selective < full, lower ZeRO stage, full
+    sharding before hybrid, smaller micro-batch, sequence parallelism off, flash attention, the EP all-to-all overlap off, Megatron's
     default rank order."""
-    return (RECOMPUTE.index(s.recompute), s.zero, s.micro_batch, bool(s.sequence_parallel),
+    return (RECOMPUTE.index(s.recompute), s.zero, bool(s.fsdp_shard), s.micro_batch, bool(s.sequence_parallel),
             ATTENTION.index(s.attention), bool(s.moe_a2a_overlap), bool(s.tp_pp_dp_mapping))
 
 
@@ -87,11 +87,12 @@ def dedupe(times: Sequence[float], memories: Sequence[float], strategies: Sequen
 
 
 def dimensions(s: StrategySpec) -> int:
-    """Parallel dimensions above 1: tp, pp, cp, ep, vpp, and ZeRO-3, one each (dp is not counted). ZeRO-3 is not
+    """Parallel dimensions above 1: tp, pp, cp, ep, vpp, ZeRO-3 and hybrid sharding's replication, one each (dp is
+    not counted). ZeRO-3 is not
     counted for a runtime whose data parallelism is FSDP by default (RuntimeSpec.fsdp_default: torchtitan), where it is
     the plain setting and ZeRO-2 the variant."""
     z3 = s.zero >= 3 and not runtimes.get(s.runtime).fsdp_default
-    return (s.tp > 1) + (s.pp > 1) + (s.cp > 1) + (s.ep > 1) + (s.vpp > 1) + z3
+    return (s.tp > 1) + (s.pp > 1) + (s.cp > 1) + (s.ep > 1) + (s.vpp > 1) + z3 + bool(s.fsdp_shard)
 
 
 def layout(s: StrategySpec) -> Layout:

@@ -35,15 +35,17 @@ from baige_plan.specs.strategy import ATTENTION, RECOMPUTE, StrategySpec, a2a_ov
 # account, a2a 0/1) all ints; first/last = 0 means "not set" (even split); account: bit 1 the embedding, bit 2 the
 # loss counted as a pipeline layer (Megatron account_for_*); a2a: Megatron-core's EP all-to-all overlap
 # (StrategySpec.moe_a2a_overlap); order: Megatron's rank order, 0 tp-cp-ep-dp-pp, 1 tp-cp-ep-pp-dp
-# (StrategySpec.tp_pp_dp_mapping). Sorting these tuples is the tie-break.
+# (StrategySpec.tp_pp_dp_mapping); shard: hybrid sharding's group (StrategySpec.fsdp_shard, 0 = shard over all dp·cp
+# ranks; `shard_choices`). Sorting these tuples is the tie-break.
 Cand = tuple
 FIELDS = ("tp", "pp", "dp", "cp", "ep", "etp", "zero", "micro_batch", "vpp", "recompute", "sp", "first", "last",
-          "attention", "account", "a2a", "order")
+          "attention", "account", "a2a", "order", "shard")
 COL = {k: i for i, k in enumerate(FIELDS)}
 # StrategySpec field -> the candidate column that sets it (_strategy_fields)
 _CAND_INDEX = {**{k: COL[k] for k in FIELDS[:10]}, "sequence_parallel": COL["sp"], "first_stage_layers": COL["first"],
                "last_stage_layers": COL["last"], "attention": COL["attention"], "account_for_embedding": COL["account"],
-               "account_for_loss": COL["account"], "moe_a2a_overlap": COL["a2a"], "tp_pp_dp_mapping": COL["order"]}
+               "account_for_loss": COL["account"], "moe_a2a_overlap": COL["a2a"], "tp_pp_dp_mapping": COL["order"],
+               "fsdp_shard": COL["shard"]}
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,7 @@ class Pins:
     account_for_loss: bool | None = None
     moe_a2a_overlap: bool | None = None   # None: searched where the runtime runs it (`a2a_choices`)
     tp_pp_dp_mapping: bool | None = None  # None: both rank orders where they differ (`order_choices`)
+    fsdp_shard: int | None = None       # None: full and hybrid sharding where the runtime runs both (`shard_choices`)
 
     @property
     def split_pinned(self) -> bool:
@@ -227,6 +230,22 @@ def order_choices(runtime: str, pp: int, dp: int, pin: bool | None = None) -> tu
     return vals if pin is None else tuple(v for v in vals if v == int(pin))
 
 
+def shard_choices(runtime: str, zero: int, tp: int, dp: int, cp: int, ep: int, devices_per_node: int,
+                  pin: int | None = None) -> tuple[int, ...]:
+    """The sharding groups (StrategySpec.fsdp_shard) a candidate may take: 0 (over all dp·cp ranks) and, where the
+    runtime runs hybrid sharding at this ZeRO stage (RuntimeSpec.hsdp_zero), the node's share of the dp·cp ranks,
+    S = devices_per_node / tp in Megatron's default order (FSDP1 HYBRID_SHARD's node; torchtitan dp_shard x cp), when
+    the ranks span more than one such group (1 < S < dp·cp, S divides dp·cp, cp divides S) and there is no expert
+    parallelism (not modelled with it); a pin keeps one value."""
+    vals: tuple[int, ...] = (0,)
+    n = dp * cp
+    if zero in runtimes.get(runtime).hsdp_zero and ep == 1 and tp <= devices_per_node:
+        share = devices_per_node // tp
+        if 1 < share < n and n % share == 0 and share % cp == 0:
+            vals = (0, share)
+    return vals if pin is None else tuple(v for v in vals if v == pin)
+
+
 def enumerate_space(model: ModelSpec, devices: int, devices_per_node: int, job: JobSpec,
                     bounds: Bounds = Bounds(), pins: Pins = Pins()) -> Iterator[Cand]:
     """Every valid candidate the runtime (`bounds.runtime`) runs, built by construction (no trial and
@@ -299,8 +318,12 @@ def enumerate_space(model: ModelSpec, devices: int, devices_per_node: int, job: 
                                     for zero in pp_zeros:
                                         # runtimes' own rules (RuntimeSpec.extra_refusal) do not read the EP overlap:
                                         # asked once for both settings
+                                        shards = shard_choices(bounds.runtime, zero, tp, dp, cp, ep, devices_per_node,
+                                                               pins.fsdp_shard)
+                                        if not shards:
+                                            continue
                                         c = (tp, pp, dp, cp, ep, etp, zero, mb, vpp, rec, int(sp), first, last, att,
-                                             acc, a2as[0], orders[0])
+                                             acc, a2as[0], orders[0], shards[0])
                                         if extra is None:
                                             ok = True
                                         elif reads:
@@ -313,7 +336,8 @@ def enumerate_space(model: ModelSpec, devices: int, devices_per_node: int, job: 
                                         if ok:
                                             for a2a in a2as:
                                                 for order in orders:
-                                                    yield c[:-2] + (a2a, order)
+                                                    for shard in shards:
+                                                        yield c[:-3] + (a2a, order, shard)
 
 
 def space_array(model: ModelSpec, devices: int, devices_per_node: int, job: JobSpec,
@@ -356,12 +380,12 @@ def _probe(c: Cand, base: StrategySpec) -> StrategySpec:
 
 def _strategy_fields(c: Cand) -> dict:
     """The StrategySpec fields candidate c sets (the runtime's knobs aside)."""
-    tp, pp, dp, cp, ep, etp, zero, mb, vpp, rec, sp, first, last, att, acc, a2a, order = c
+    tp, pp, dp, cp, ep, etp, zero, mb, vpp, rec, sp, first, last, att, acc, a2a, order, shard = c
     return dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, zero=zero, micro_batch=mb, vpp=vpp,
                 recompute=RECOMPUTE[rec], sequence_parallel=bool(sp), attention=ATTENTION[att],
                 first_stage_layers=first or None, last_stage_layers=last or None,
                 account_for_embedding=bool(acc & 1), account_for_loss=bool(acc & 2), moe_a2a_overlap=bool(a2a),
-                tp_pp_dp_mapping=bool(order))
+                tp_pp_dp_mapping=bool(order), fsdp_shard=int(shard))
 
 
 def to_strategy(c: Cand, runtime: str = runtimes.DEFAULT) -> StrategySpec:
@@ -373,4 +397,4 @@ def from_strategy(s: StrategySpec) -> Cand:
     return (s.tp, s.pp, s.dp, s.cp, s.ep, s.etp, s.zero, s.micro_batch, s.vpp, RECOMPUTE.index(s.recompute),
             int(bool(s.sequence_parallel)), s.first_stage_layers or 0, s.last_stage_layers or 0,
             ATTENTION.index(s.attention), int(s.account_for_embedding) | 2 * int(s.account_for_loss),
-            int(bool(s.moe_a2a_overlap)), int(bool(s.tp_pp_dp_mapping)))
+            int(bool(s.moe_a2a_overlap)), int(bool(s.tp_pp_dp_mapping)), int(s.fsdp_shard))
