@@ -706,7 +706,7 @@ def _case(row: dict, rid: str, md: dict, hw: dict, par: dict, notes: list[str], 
                                 loss_kernel=_loss_kernel(par, notes),
                                 # HSDP shard group (StrategySpec.fsdp_shard): FSDP1 HYBRID_SHARD / torchtitan
                                 # dp_shard x cp / Megatron-FSDP dp·cp / --num-distributed-optimizer-instances
-                                fsdp_shard=par_int("fsdp_shard") if par.get("fsdp_shard") is not None else 0,
+                                fsdp_shard=par_int("fsdp_shard") if par.get("fsdp_shard") not in (None, 0) else 0,
                                 **dict(zip(("grad_reduce_bf16", "fp8_param_gather", "optimizer_bytes_per_param"),
                                            _recipe_memory(par, _precision(par.get("precision")), runtime,
                                                           _zero(par), notes), strict=True)))
