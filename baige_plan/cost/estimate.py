@@ -874,13 +874,12 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
         # the main-grad buffer is bf16 ("4 + 16/d" row of Megatron's dist_optimizer.md)
         mem = replace(mem, grad_bytes_bf16=BF16_GRAD_BYTES)
     dp_dense = s.dp * s.cp
-    shard_n = s.fsdp_shard or dp_dense      # the ranks the states are sharded over (HSDP: one replica's)
     kb = getattr(s, "optimizer_bytes_per_param", 0.0) or None   # a recipe's optimizer state (cost/memory.py)
     # FSDP's SHARD_GRAD_OP (zero 2 where RuntimeSpec.fsdp_zero2): every state sharded as under zero 3, and the
     # gathered 16-bit parameters kept from each forward to its backward (below)
     shard_grad_op = s.zero == 2 and rt.fsdp_zero2
     zs = 3 if shard_grad_op else s.zero
-    w_b, g_b, k_b, st_b = state_bytes(mem, job.precision, zs, shard_n, kb)
+    w_b, g_b, k_b, st_b = state_bytes(mem, job.precision, zs, s.state_shards, kb)   # HSDP: one replica's group
     we_b, ge_b, ke_b, ste_b = state_bytes(mem, job.precision, zs, s.edp, kb)
     weights = dense_p * w_b + expert_p * we_b
     grads = dense_p * g_b + expert_p * ge_b
@@ -1146,8 +1145,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, s: StrategySp
     r = ChipRates.of(group.chip, engine_precision(group, job.precision, s.runtime))
     opt_s = 0.0
     for st in stages:
-        owned = st.dense_params / ((s.fsdp_shard or s.dp * s.cp) if s.zero >= 1 else 1) + \
-            st.expert_params / (s.edp if s.zero >= 1 else 1)
+        owned = st.dense_params / (s.state_shards if s.zero >= 1 else 1) + st.expert_params / (s.edp if s.zero >= 1 else 1)
         opt_s = max(opt_s, owned * optimizer_rate(st, r))
     step = pipe + dp_exposed + opt_s
 

@@ -42,6 +42,7 @@ skipped. Its estimate is the cost model's on the user's cluster, job and runtime
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import math
 from collections.abc import Sequence
@@ -258,17 +259,16 @@ def adapt(r: Recipe, model: ModelSpec, devices: int, job: JobSpec, runtime: str,
         splits.append({"first_stage_layers": None, "last_stage_layers": None, "account_for_embedding": False,
                        "account_for_loss": False, "pipeline_layout": None})
     rt = runtimes.get(runtime)
-    fs = r.get("fsdp_shard") or 0
-    if fs and not (fs < dp * cp and (dp * cp) % fs == 0 and fs % cp == 0 and r.get("zero") in rt.hsdp_zero):
-        fs = 0
-    for split in splits:
+    # the recipe's hybrid-sharding group where StrategySpec and the runtime take it on these devices, else full
+    shards = (r.get("fsdp_shard"), 0) if r.get("fsdp_shard") else (0,)
+    for split, fs in itertools.product(splits, shards):
         try:
             s = StrategySpec(tp=tp, pp=pp, dp=dp, cp=cp, ep=r.get("ep"), etp=r.get("etp"), zero=r.get("zero"),
                              micro_batch=mb, vpp=r.get("vpp"), recompute=r.get("recompute"),
                              sequence_parallel=r.get("sequence_parallel") and tp > 1, attention=attention,
                              recompute_modules=modules,
                              tp_pp_dp_mapping=r.get("tp_pp_dp_mapping") and rt.tp_pp_dp_mapping,
-                             fsdp_shard=fs if r.get("ep") == 1 else 0, **split, **runtimes.knobs(runtime))
+                             fsdp_shard=fs, **split, **runtimes.knobs(runtime))
             check_strategy(s, model, job, devices)
         except SpecError:
             continue

@@ -27,8 +27,7 @@ def estimate_tables(e: Estimate, title: str, band: tuple[float, float] | None = 
     head = Table(title=title, show_header=False, title_justify="left")
     head.add_column("k", style="bold")
     head.add_column("v")
-    hsdp = (f" (hybrid: sharded over {s.fsdp_shard}, {s.dp * s.cp // s.fsdp_shard} replicas)"
-            if getattr(s, "fsdp_shard", 0) else "")
+    hsdp = f" (hybrid: sharded over {s.fsdp_shard}, {s.dp * s.cp // s.fsdp_shard} replicas)" if s.fsdp_shard else ""
     strat = (f"tp {s.tp}  pp {s.pp}  dp {s.dp}  cp {s.cp}  ep {s.ep}  etp {s.etp}  zero {s.zero}{hsdp}  "
              f"mb {s.micro_batch}  vpp {s.vpp}  recompute {s.recompute}  sp {'on' if s.sequence_parallel else 'off'}  "
              f"attn {s.attention}")

@@ -91,6 +91,12 @@ def _split(model: ModelSpec, pp: int, first: int, last: int, account: int = 0) -
     return out
 
 
+def _state_shards(a: np.ndarray, dp: np.ndarray, cp: np.ndarray) -> np.ndarray:
+    """StrategySpec.state_shards per row: hybrid sharding's group where the row has one, else dp·cp."""
+    shard = a[:, COL["shard"]].astype(np.float64)
+    return np.where(shard > 0, shard, dp * cp)
+
+
 def _by_zero(mem, precision: str, zero: np.ndarray, shards: np.ndarray) -> list[np.ndarray]:
     """cost/memory.py state_bytes per row (zero varies by row)."""
     out = [np.zeros(len(zero)) for _ in range(4)]
@@ -185,8 +191,7 @@ class Bounds:
         P = self._params(a)
         A = self._act(a)
         micro = job.global_batch / (dp * mb)
-        shard = a[:, COL["shard"]].astype(np.float64)
-        dpd = np.where(shard > 0, shard, dp * cp)     # hybrid sharding: the states over its shard group
+        dpd = _state_shards(a, dp, cp)
         edp = tp * cp * dp / (ep * etp)
         eager = self.runtime.execution == "eager"
         fp32 = job.precision in FP32_PRECISIONS
@@ -344,8 +349,7 @@ class Bounds:
         per_mb = {int(x): self.runtime.zero3_gather(int(x)) == "micro_batch" for x in np.unique(pp)}
         z3_mb = np.vectorize(per_mb.__getitem__, otypes=[bool])(pp.astype(np.int64))
         # hybrid sharding gathers over its shard group only (the replicas' all-reduce is left out of the bound)
-        shard = a[:, COL["shard"]].astype(np.float64)
-        z3_n = np.where(shard > 0, shard, dp * cp)
+        z3_n = _state_shards(a, dp, cp)
         lb = (pipe + opt + np.where(z3_mb, self._zero3_lb(P, zero, z3_n, micro), 0.0)) * (1 - SAFETY)
         return lb, micro, t_max, total, t0, opt
 

@@ -300,6 +300,8 @@ def enumerate_space(model: ModelSpec, devices: int, devices_per_node: int, job: 
                 for ep, etp in _expert_dims(model, tp * cp * dp, max_tp, pins):
                     if (ep > 1 and not rt.expert_parallel) or (etp > 1 and not rt.expert_tensor_parallel):
                         continue
+                    shard_sets = {z: shard_choices(bounds.runtime, z, tp, dp, cp, ep, devices_per_node, pins.fsdp_shard)
+                                  for z in pp_zeros}
                     for mb in _pick(pins.micro_batch, divisors(gb // dp)):
                         if mb > bounds.max_micro_batch and pins.micro_batch is None:
                             continue
@@ -318,8 +320,7 @@ def enumerate_space(model: ModelSpec, devices: int, devices_per_node: int, job: 
                                     for zero in pp_zeros:
                                         # runtimes' own rules (RuntimeSpec.extra_refusal) do not read the EP overlap:
                                         # asked once for both settings
-                                        shards = shard_choices(bounds.runtime, zero, tp, dp, cp, ep, devices_per_node,
-                                                               pins.fsdp_shard)
+                                        shards = shard_sets[zero]
                                         if not shards:
                                             continue
                                         c = (tp, pp, dp, cp, ep, etp, zero, mb, vpp, rec, int(sp), first, last, att,

@@ -216,6 +216,11 @@ class StrategySpec:
         return self.tp * self.pp * self.cp * self.dp
 
     @property
+    def state_shards(self) -> int:
+        """Ranks ZeRO shards the dense states over: all dp·cp ranks, or hybrid sharding's group (fsdp_shard)."""
+        return self.fsdp_shard or self.dp * self.cp
+
+    @property
     def edp(self) -> int:
         """Expert-data-parallel size: replicas of each expert's weights."""
         return self.tp * self.cp * self.dp // (self.ep * self.etp)
