@@ -23,12 +23,34 @@ def test_values_in_order() -> None:
     assert forked.in_parallel([]) == []
 
 
+def _slow_pid_and(x: int) -> tuple[int, int]:
+    import time
+    time.sleep(0.2)     # long enough that every worker takes a thunk from the queue
+    return os.getpid(), x
+
+
 def test_children_compute_where_cores_allow() -> None:
-    got = forked.in_parallel([lambda x=x: _pid_and(x) for x in range(4)])
+    got = forked.in_parallel([lambda x=x: _slow_pid_and(x) for x in range(4)])
     assert [x for _, x in got] == [0, 1, 2, 3]
-    assert got[0][0] == os.getpid()         # worker 0 is this process
+    pids = {pid for pid, _ in got}
     if forked.usable_cores() > 1 and hasattr(os, "fork"):
-        assert got[1][0] != os.getpid()
+        assert len(pids) == min(4, forked.usable_cores())     # this process and its children took thunks
+    else:
+        assert pids == {os.getpid()}
+
+
+def test_a_long_thunk_does_not_hold_back_the_others() -> None:
+    """The workers take thunks as they become free: with one long thunk first, another worker runs the rest
+    (a static k mod W split would have given this process thunks 0 and 2)."""
+    if not (forked.usable_cores() > 1 and hasattr(os, "fork")):
+        pytest.skip("one core: serial")
+    import time
+
+    def long() -> int:
+        time.sleep(0.6)
+        return os.getpid()
+    got = forked.in_parallel([long] + [lambda: (time.sleep(0.05), os.getpid())[1] for _ in range(4)])
+    assert got[0] not in got[1:]       # the others (0.2 s in all) ran elsewhere while it slept
 
 
 def test_a_failing_thunk_raises_as_serially() -> None:

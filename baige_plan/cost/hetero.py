@@ -82,32 +82,46 @@ def estimate_pipelines(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: 
     """Exact estimate of a heterogeneous plan. `cache` (a dict owned by the caller, e.g. one search)
     memoises stage costs, which depend only on their own arguments (and is stage_cost's `memo`)."""
     check_pipelines(p, model, cluster, job)
+    groups = {g.name: g for g in cluster.groups}
     shapes = []
     strategies: dict[int, list[StrategySpec]] = {}
+    # per stage, what its strategy, links and cost are read from (nb below, its layers and micro-batches): with a
+    # cache, one look-up by that small key replaces hashing the strategy and links (the search's polish estimates
+    # long pipelines thousands of times, each differing from the last in two stages)
+    nbs: dict[int, list[tuple]] = {}
     for sh in p.shapes:
         costs = []
         strategies[id(sh)] = []
+        nbs[id(sh)] = []
         for i, st in enumerate(sh.stages):
-            g = cluster.group(st.group)
+            g = groups[st.group]
             # the plan-wide knobs too: a shape's knobs fall back to them (PipelinesSpec.knob), and one search
             # shares its cache across plans that differ only there (recompute selective vs full)
             nb = (sh.replicas, sh.knobs, st.tp, len(sh.stages), i, sh.stages[i - 1].group if i else None, st.group,
                   sh.stages[i + 1].group if i + 1 < len(sh.stages) else None,
                   sh.stages[i - 1].tp if i else 0,
                   p.micro_batch, p.zero, p.recompute, p.sequence_parallel, p.attention, p.runtime)
-            if cache is not None and ("ctx", nb) in cache:
-                s, links = cache[("ctx", nb)]
+            nbs[id(sh)].append(nb)
+            skey = ("stage", nb, st.layers, sh.micro_batches)
+            hit = cache.get(skey) if cache is not None else None
+            if hit is not None:
+                s, c = hit
             else:
-                s, links = _stage_strategy(p, sh, st), _p2p_links(cluster, sh, i)
+                if cache is not None and ("ctx", nb) in cache:
+                    s, links = cache[("ctx", nb)]
+                else:
+                    s, links = _stage_strategy(p, sh, st), _p2p_links(cluster, sh, i)
+                    if cache is not None:
+                        cache[("ctx", nb)] = (s, links)
+                key = (g.name, s, i, st.layers, sh.micro_batches, links)
+                c = cache.get(key) if cache is not None else None
+                if c is None:
+                    c = stage_cost(model, g, job, s, i, st.layers[0], st.n_layers, sh.micro_batches, p2p_links=links,
+                                   memo=cache)
+                    if cache is not None:
+                        cache[key] = c
                 if cache is not None:
-                    cache[("ctx", nb)] = (s, links)
-            key = (g.name, s, i, st.layers, sh.micro_batches, links)
-            c = cache.get(key) if cache is not None else None
-            if c is None:
-                c = stage_cost(model, g, job, s, i, st.layers[0], st.n_layers, sh.micro_batches, p2p_links=links,
-                               memo=cache)
-                if cache is not None:
-                    cache[key] = c
+                    cache[skey] = (s, c)
             costs.append(c)
             strategies[id(sh)].append(s)
         times = [c.time_s for c in costs]
@@ -124,8 +138,8 @@ def estimate_pipelines(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: 
         dp_exposed = 0.0
         vpp = p.knob(sh, "vpp")
         lead = 0      # Σ_{j<i} t_b,j, accumulated left to right as sum() adds (same floats, O(S) not O(S²))
-        for st, c, s in zip(sh.stages, costs, strategies[id(sh)], strict=True):
-            g = cluster.group(st.group)
+        for st, c, s, nb in zip(sh.stages, costs, strategies[id(sh)], nbs[id(sh)], strict=True):
+            g = groups[st.group]
             # 1F1B cool-down, as the homogeneous estimate: the last micro-batch's backward runs on stage i, then on
             # i-1 ... 0, so stage i ends sum_{j<i} t_b,j before stage 0, which finishes
             # last; what stage i's reduction exposes past its own end hides under that lead (DpTraffic.tail_s).
@@ -133,30 +147,40 @@ def estimate_pipelines(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: 
             # after it (DeepSpeed's pipeline engine) is the runtime's GradSync (dp_traffic).
             tail = lead / vpp
             lead += c.bwd_s
-            dkey = ("dp", g.name, s, c, sh.micro_batches, tail)
-            if cache is not None and dkey in cache:
-                traffic = cache[dkey]
+            # (traffic, its exposed seconds) by what they are read from: c and s follow from nb, the layers and m
+            dkey2 = ("dp-stage", nb, st.layers, sh.micro_batches, tail)
+            hit = cache.get(dkey2) if cache is not None else None
+            if hit is not None:
+                traffic, exposed = hit
             else:
-                traffic = dp_traffic(c, g, s, job, sh.micro_batches, tail_s=tail)
+                dkey = ("dp", g.name, s, c, sh.micro_batches, tail)
+                if cache is not None and dkey in cache:
+                    traffic = cache[dkey]
+                else:
+                    traffic = dp_traffic(c, g, s, job, sh.micro_batches, tail_s=tail)
+                    if cache is not None:
+                        cache[dkey] = traffic
+                exposed = traffic.exposed_s
                 if cache is not None:
-                    cache[dkey] = traffic
+                    cache[dkey2] = (traffic, exposed)
             # cross-shape sync of this stage's layers (hierarchical: shards after the intra reduce)
             other_groups = sorted({og for o, spans in stage_spans if o is not sh
-                                   for og in _overlapping_groups(spans, st.layers)})
+                                   for og in _overlapping_groups(spans, st.layers)}) if len(shapes) > 1 else ()
             if other_groups:
                 k = sum(1 for o, _ in stage_spans if o is not sh) + 1
                 shard = (c.dense_params + c.expert_params) * GRAD_BYTES / max(1, sh.replicas * s.cp)
                 on_node = min(g.devices_per_node, st.tp * s.cp * sh.replicas)
-                links = [(path_link(cluster, g, cluster.group(og), on_node), og) for og in other_groups]
+                links = [(path_link(cluster, g, groups[og], on_node), og) for og in other_groups]
                 slow, og = min(links, key=lambda lk: (lk[0].busbw_GBps, lk[1]))
                 cross = C.all_reduce_s(shard, C.ring_link(slow, k))
                 traffic = traffic.plus(cross)
+                exposed = traffic.exposed_s
                 if slow.crosses == "bridge":
                     key = tuple(sorted((g.name, og))) + ("dp-gradients",)
                     bridge_traffic[key] = max(bridge_traffic.get(key, 0.0), cross)
-            dp_exposed = max(dp_exposed, traffic.exposed_s)
+            dp_exposed = max(dp_exposed, exposed)
         for i in range(len(sh.stages) - 1):
-            a, b = cluster.group(sh.stages[i].group), cluster.group(sh.stages[i + 1].group)
+            a, b = groups[sh.stages[i].group], groups[sh.stages[i + 1].group]
             if a.family != b.family:
                 key = tuple(sorted((a.name, b.name))) + ("pp-activations",)
                 bridge_traffic[key] = bridge_traffic.get(key, 0.0) + costs[i].pp_s * sh.micro_batches
@@ -167,23 +191,22 @@ def estimate_pipelines(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: 
     sh, costs, pipe, dp_exposed = crit
 
     opt_s = 0.0
+    used = p.devices_by_group()
+    rates = {name: ChipRates.of(groups[name].chip, engine_precision(groups[name], job.precision, p.runtime))
+             for name in used}
     for s_, costs_, _ in shapes:
+        shard = s_.replicas * p.knob(s_, "cp") if p.knob(s_, "zero") >= 1 else 1
         for st, c in zip(s_.stages, costs_, strict=True):
-            gst = cluster.group(st.group)
-            r = ChipRates.of(gst.chip, engine_precision(gst, job.precision, p.runtime))
-            owned = (c.dense_params + c.expert_params) / (s_.replicas * p.knob(s_, "cp") if p.knob(s_, "zero") >= 1
-                                                          else 1)
-            opt_s = max(opt_s, owned * optimizer_rate(c, r))   # measured profile or Adam bytes / HBM
+            owned = (c.dense_params + c.expert_params) / shard
+            opt_s = max(opt_s, owned * optimizer_rate(c, rates[st.group]))   # measured profile or Adam bytes / HBM
     step += opt_s
 
-    used = p.devices_by_group()
     devices = sum(used.values())
-    peak_sum = sum(n * ChipRates.of(cluster.group(gname).chip,
-                                    engine_precision(cluster.group(gname), job.precision, p.runtime)).peak_flops
-                   for gname, n in used.items())   # MFU against the peak of the engine each group runs
+    peak_sum = sum(n * rates[gname].peak_flops for gname, n in used.items())   # MFU against each group's engine peak
     tokens = job.global_batch * job.seq_len
     mflops = megatron_model_flops(model, job.global_batch, job.seq_len)
-    hw = sum(c.hw_flops * s_.micro_batches * s_.replicas * st.tp * p.knob(s_, "cp")
+    cps = {id(s_): p.knob(s_, "cp") for s_, _, _ in shapes}
+    hw = sum(c.hw_flops * s_.micro_batches * s_.replicas * st.tp * cps[id(s_)]
              for s_, costs_, _ in shapes for st, c in zip(s_.stages, costs_, strict=True))
     times = [c.time_s for c in costs]
     t_max = max(times)
@@ -194,9 +217,10 @@ def estimate_pipelines(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: 
                  "optimizer": opt_s}
     fits = True
     worst: tuple[float, StageCost, float] | None = None
+    caps = {name: groups[name].chip.need("memory_gib") for name in {st.group for s_ in p.shapes for st in s_.stages}}
     for s_, costs_, _ in shapes:
         for st, c in zip(s_.stages, costs_, strict=True):
-            cap = cluster.group(st.group).chip.need("memory_gib")
+            cap = caps[st.group]
             frac = c.memory_gib / cap
             if c.memory_gib > cap * memory_frac:
                 fits = False

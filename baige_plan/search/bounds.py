@@ -97,10 +97,16 @@ def _state_shards(a: np.ndarray, dp: np.ndarray, cp: np.ndarray) -> np.ndarray:
     return np.where(shard > 0, shard, dp * cp)
 
 
+def _distinct(col: np.ndarray) -> list[int]:
+    """The distinct values of an integer-valued column, ascending (np.unique's, without the numpy.ma import its
+    masked-array check costs the first time: 20-40 ms of a plan's start-up)."""
+    return sorted({int(x) for x in col.tolist()})
+
+
 def _by_zero(mem, precision: str, zero: np.ndarray, shards: np.ndarray) -> list[np.ndarray]:
     """cost/memory.py state_bytes per row (zero varies by row)."""
     out = [np.zeros(len(zero)) for _ in range(4)]
-    for z in np.unique(zero).astype(int).tolist():
+    for z in _distinct(zero):
         sel = zero == z
         for i, v in enumerate(state_bytes(mem, precision, z, shards)):
             out[i] = np.where(sel, v, out[i])
@@ -206,13 +212,13 @@ class Bounds:
         rb = 4.0 if fp32 else float(mem.zero3_reduce_bytes)
         fsdp = (zero >= 3) | bool(mem.fsdp_always)
         # stage-resident unsharded params + accumulated grads (pipelining + FSDP2): never below the gathered units
-        step_pp = [v for v in np.unique(pp).astype(int).tolist() if v > 1 and self.runtime.zero3_gather(v) == "step"]
+        step_pp = [v for v in _distinct(pp) if v > 1 and self.runtime.zero3_gather(v) == "step"]
         step_gather = fsdp & np.isin(pp, step_pp)
         tokens = mb * job.seq_len / cp
         keep_working = (rec == RECOMPUTE.index("full")) | (
             (rec == RECOMPUTE.index("selective")) & (mem.selective == "op_sac"))
         per_logit = np.zeros(len(a))
-        for t in np.unique(tp).astype(int).tolist():
+        for t in _distinct(tp):
             per_logit = np.where(tp == t, loss_bytes_per_logit(mem.loss, self.runtime.execution, t, ab,
                                                                EAGER.extra_loss_activation_bytes_per_logit), per_logit)
         groups = comm_groups(tp, cp, dp, pp, ep, etp)
@@ -346,7 +352,7 @@ class Bounds:
                              * self.opt_lb)
         pipe = micro * t_max + (total - t_max) / vpp
         # ZeRO-3 gathers per micro-batch unless the runtime gathers once per step with pipelining
-        per_mb = {int(x): self.runtime.zero3_gather(int(x)) == "micro_batch" for x in np.unique(pp)}
+        per_mb = {x: self.runtime.zero3_gather(x) == "micro_batch" for x in _distinct(pp)}
         z3_mb = np.vectorize(per_mb.__getitem__, otypes=[bool])(pp.astype(np.int64))
         # hybrid sharding gathers over its shard group only (the replicas' all-reduce is left out of the bound)
         z3_n = _state_shards(a, dp, cp)

@@ -181,7 +181,8 @@ def sweep_single(rows: list[tuple[float, float, float, float, float]], layers: i
         return None
     ac = a * chunk
     ys = np.arange(1, Y + 1)
-    taus = np.unique((ac[:, None] * ys[None, :] + c[:, None])[ys[None, :] <= mem[:, None]])
+    taus = np.sort((ac[:, None] * ys[None, :] + c[:, None])[ys[None, :] <= mem[:, None]])
+    taus = taus[np.concatenate(([True], taus[1:] != taus[:-1]))] if taus.size else taus   # np.unique, no numpy.ma
     # chunks each stage may take at slowest-stage time tau
     with np.errstate(divide="ignore", invalid="ignore"):
         lim = np.where(ac[None, :] > 0, np.floor((taus[:, None] - c[None, :]) / np.where(ac > 0, ac, 1.0) + 1e-9), Y)
@@ -717,10 +718,12 @@ def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySp
     results.sort(key=lambda r: (r[0], r[1]))
     polished = []
     cut = [r for r in results if r[0] <= results[0][0] * POLISH_WITHIN][:POLISH_TOP] if results else []
-    for n, (st_, lab, p, e, status, gap) in enumerate(cut):
-        tell("polishing the best plans", n, len(cut))
-        budget = POLISH_EVALS // 2 if n == 0 else POLISH_EVALS // (2 * max(1, len(cut) - 1))
-        p2, e2 = polish(model, cluster, job, p, memory_frac, budget, cache)
+    tell("polishing the best plans", 0, len(cut))
+    # each polish is pure and independent of the others: over the usable cores (search/forked.py), same values
+    budgets = [POLISH_EVALS // 2 if n == 0 else POLISH_EVALS // (2 * max(1, len(cut) - 1)) for n in range(len(cut))]
+    done = in_parallel([partial(polish, model, cluster, job, p, memory_frac, b, cache)
+                        for (_, _, p, *_), b in zip(cut, budgets, strict=True)])
+    for (st_, lab, p, e, status, gap), (p2, e2) in zip(cut, done, strict=True):
         ok2 = e2 is not None and _runtime_ok(cluster, model, p2, refused)
         polished.append((e2.step_time_s, lab, p2, e2, status, gap) if ok2 else (st_, lab, p, e, status, gap))
     results = polished + results[len(cut):]

@@ -132,6 +132,7 @@ def check_pipelines(p: PipelinesSpec, model: ModelSpec, cluster: ClusterSpec, jo
     inside a node; the batch adds up; no group is over-subscribed."""
     require(len(p.shapes) >= 1, "pipelines", "needs at least one pipeline shape")
     _check_plan_wide(p)
+    groups = {g.name: g for g in cluster.groups}
     for si, sh in enumerate(p.shapes):
         where = f"pipelines[{si}]"
         if not (_is_int(sh.replicas) and _is_int(sh.micro_batches) and sh.replicas >= 1 and sh.micro_batches >= 1):
@@ -142,23 +143,28 @@ def check_pipelines(p: PipelinesSpec, model: ModelSpec, cluster: ClusterSpec, jo
         nxt = 0
         vpp = p.knob(sh, "vpp")
         for i, st in enumerate(sh.stages):
-            w = f"{where}.stages[{i}]"
-            _check_stage_types(st, w)
-            try:
-                g = cluster.group(st.group)
-            except SpecError:
-                raise SpecError(f"{w}.group", f"unknown group {st.group!r} "
-                                f"(groups: {', '.join(x.name for x in cluster.groups)})") from None
-            require(st.layers[0] == nxt and st.layers[1] > st.layers[0], f"{w}.layers",
-                    f"layers {list(st.layers)} must start at {nxt} and be non-empty (stages cover [0, {model.layers}) "
-                    "contiguously)")
-            nxt = st.layers[1]
-            require(st.n_layers % vpp == 0, f"{w}.layers",
-                    f"{st.n_layers} layers do not split into vpp={vpp} model chunks")
-            require(st.tp >= 1 and model.heads % st.tp == 0 and model.kv_heads % st.tp == 0, f"{w}.tp",
-                    f"tp={st.tp} must divide heads={model.heads} and kv_heads={model.kv_heads}")
-            require(g.devices_per_node % st.tp == 0, f"{w}.tp",
-                    f"tp={st.tp} must divide the {g.devices_per_node} devices of a {st.group} node (TP stays in a node)")
+            # each check builds its message only on a failure: this runs for every stage of every estimate
+            if not (isinstance(st.group, str) and isinstance(st.layers, tuple) and len(st.layers) == 2
+                    and _is_int(st.layers[0]) and _is_int(st.layers[1]) and _is_int(st.tp)):
+                _check_stage_types(st, f"{where}.stages[{i}]")
+            g = groups.get(st.group)
+            if g is None:
+                raise SpecError(f"{where}.stages[{i}].group", f"unknown group {st.group!r} "
+                                f"(groups: {', '.join(x.name for x in cluster.groups)})")
+            a, b = st.layers
+            if not (a == nxt and b > a):
+                raise SpecError(f"{where}.stages[{i}].layers", f"layers {list(st.layers)} must start at {nxt} and be "
+                                f"non-empty (stages cover [0, {model.layers}) contiguously)")
+            nxt = b
+            if (b - a) % vpp:
+                raise SpecError(f"{where}.stages[{i}].layers", f"{b - a} layers do not split into vpp={vpp} model "
+                                "chunks")
+            if not (st.tp >= 1 and model.heads % st.tp == 0 and model.kv_heads % st.tp == 0):
+                raise SpecError(f"{where}.stages[{i}].tp",
+                                f"tp={st.tp} must divide heads={model.heads} and kv_heads={model.kv_heads}")
+            if g.devices_per_node % st.tp:
+                raise SpecError(f"{where}.stages[{i}].tp", f"tp={st.tp} must divide the {g.devices_per_node} devices "
+                                f"of a {st.group} node (TP stays in a node)")
         require(nxt == model.layers, f"{where}.stages", f"layers end at {nxt}, the model has {model.layers}")
     require(p.sequences == job.global_batch, "pipelines",
             f"sum(replicas x micro_batches x micro_batch) = {p.sequences} must equal global_batch={job.global_batch}")
