@@ -236,6 +236,35 @@ def test_fast_and_pure_python_writers_give_identical_bytes(tmp_path, monkeypatch
             assert plans.plan_yaml(d, width) == plans.plan_yaml(d, width, fast=False)
 
 
+def test_row_by_row_placement_gives_the_emitters_bytes():
+    """plan_yaml writes a long top-level list of one-line rows (a placement) row by row from each value's text as the
+    emitter writes it: the same bytes as PyYAML's emitter for ints and any string (quoted, escaped, long enough to
+    fold, or not), any key, and rows too long for one line."""
+    from baige_plan.io import plans
+    from baige_plan.io.serialize import Flow
+
+    if plans._CDumper is None:
+        pytest.skip("PyYAML without libyaml: plans are written by the pure-Python emitter only")
+    rng = random.Random(7)
+    words = ["", " ", "x", "yes", "No", "null", "~", "1e3", "0x10", "12", "-3", ": a", "a: b", "#c", "a #c", "'q'",
+             '"d"', "[x]", "{y}", "*a", "&b", "!t", "%p", "@", "`", "- a", "é", "層", ",", "a,b", "}", "x" * 90,
+             "tab\there", "two\nlines"]
+    for n in range(40):
+        rows = []
+        for r in range(rng.choice([64, 65, 130])):
+            w = rng.choice(words) if n % 3 else "h100-sxm5-80g"
+            row = {"rank": r, "group": w, "node": rng.randint(-2, 10**12), "stage": r % 7}
+            if n % 5 == 0:
+                row[rng.choice(words) or "k"] = rng.choice(words)
+            if n % 7 == 0:
+                row["flag"] = bool(r % 2)       # not an int: the emitter writes these rows
+            rows.append(Flow(row))
+        key = rng.choice(["placement", "yes", "a: b", "rows"])
+        doc = {"schema": "s", key: rows, "after": {"x": [1, 2], "y": Flow(a=1)}} if n % 2 else {key: rows}
+        for width in (200, 120, 60):
+            assert plans.plan_yaml(doc, width) == plans.plan_yaml(doc, width, fast=False)
+
+
 def test_big_plan_file_is_unchanged_by_the_fast_writer(tmp_path, monkeypatch):
     """A plan of 1,024 devices written both ways (the CLI's own documents)."""
     from baige_plan.io import plans

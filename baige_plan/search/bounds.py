@@ -100,7 +100,8 @@ def _state_shards(a: np.ndarray, dp: np.ndarray, cp: np.ndarray) -> np.ndarray:
 def _distinct(col: np.ndarray) -> list[int]:
     """The distinct values of an integer-valued column, ascending (np.unique's, without the numpy.ma import its
     masked-array check costs the first time: 20-40 ms of a plan's start-up)."""
-    return sorted({int(x) for x in col.tolist()})
+    v = np.sort(col)
+    return [int(x) for x in v[np.concatenate(([True], v[1:] != v[:-1]))].tolist()] if v.size else []
 
 
 def _by_zero(mem, precision: str, zero: np.ndarray, shards: np.ndarray) -> list[np.ndarray]:
