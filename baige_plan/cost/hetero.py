@@ -104,24 +104,18 @@ def estimate_pipelines(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: 
             nbs[id(sh)].append(nb)
             skey = ("stage", nb, st.layers, sh.micro_batches)
             hit = cache.get(skey) if cache is not None else None
-            if hit is not None:
-                s, c = hit
-            else:
-                if cache is not None and ("ctx", nb) in cache:
-                    s, links = cache[("ctx", nb)]
-                else:
-                    s, links = _stage_strategy(p, sh, st), _p2p_links(cluster, sh, i)
+            if hit is None:
+                ctx = cache.get(("ctx", nb)) if cache is not None else None
+                if ctx is None:
+                    ctx = (_stage_strategy(p, sh, st), _p2p_links(cluster, sh, i))
                     if cache is not None:
-                        cache[("ctx", nb)] = (s, links)
-                key = (g.name, s, i, st.layers, sh.micro_batches, links)
-                c = cache.get(key) if cache is not None else None
-                if c is None:
-                    c = stage_cost(model, g, job, s, i, st.layers[0], st.n_layers, sh.micro_batches, p2p_links=links,
-                                   memo=cache)
-                    if cache is not None:
-                        cache[key] = c
+                        cache[("ctx", nb)] = ctx
+                s, links = ctx
+                hit = (s, stage_cost(model, g, job, s, i, st.layers[0], st.n_layers, sh.micro_batches,
+                                     p2p_links=links, memo=cache))
                 if cache is not None:
-                    cache[skey] = (s, c)
+                    cache[skey] = hit
+            s, c = hit
             costs.append(c)
             strategies[id(sh)].append(s)
         times = [c.time_s for c in costs]
@@ -150,19 +144,12 @@ def estimate_pipelines(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: 
             # (traffic, its exposed seconds) by what they are read from: c and s follow from nb, the layers and m
             dkey2 = ("dp-stage", nb, st.layers, sh.micro_batches, tail)
             hit = cache.get(dkey2) if cache is not None else None
-            if hit is not None:
-                traffic, exposed = hit
-            else:
-                dkey = ("dp", g.name, s, c, sh.micro_batches, tail)
-                if cache is not None and dkey in cache:
-                    traffic = cache[dkey]
-                else:
-                    traffic = dp_traffic(c, g, s, job, sh.micro_batches, tail_s=tail)
-                    if cache is not None:
-                        cache[dkey] = traffic
-                exposed = traffic.exposed_s
+            if hit is None:
+                traffic = dp_traffic(c, g, s, job, sh.micro_batches, tail_s=tail)
+                hit = (traffic, traffic.exposed_s)
                 if cache is not None:
-                    cache[dkey2] = (traffic, exposed)
+                    cache[dkey2] = hit
+            traffic, exposed = hit
             # cross-shape sync of this stage's layers (hierarchical: shards after the intra reduce)
             other_groups = sorted({og for o, spans in stage_spans if o is not sh
                                    for og in _overlapping_groups(spans, st.layers)}) if len(shapes) > 1 else ()
