@@ -195,7 +195,7 @@ def plan(
                         sequence_parallel=sequence_parallel, attention=attention.value,
                         max_memory_frac=max_memory_frac, time_limit=time_limit, out=out, fmt=fmt, runtime=rt_name,
                         lim=lim, objective=objective.value, tokens=tokens, prices=prices, whole=cl,
-                        excluded=excluded, batch_tolerance=batch_tolerance)
+                        excluded=excluded, batch_tolerance=batch_tolerance, top=top)
             return
         bounds = Bounds(max_tp=max_tp, max_pp=max_pp, max_cp=max_cp, max_micro_batch=max_micro_batch,
                         max_memory_frac=max_memory_frac, runtime=rt_name)

@@ -23,13 +23,13 @@ def plan_hetero(cat, m: ModelSpec, cl: ClusterSpec, job: JobSpec, *, micro_batch
                 time_limit: float | None, out: Path | None, fmt: Fmt, runtime: str = "flagscale",
                 lim=None, objective: str = "throughput", tokens: float | None = None, prices=None,
                 whole: ClusterSpec | None = None, excluded: dict[str, list[int]] | None = None,
-                batch_tolerance: float | None = None) -> None:
+                batch_tolerance: float | None = None, top: int = 1) -> None:
     """`cl` is the cluster to plan on; with `--exclude`, `whole` is the cluster as given and `excluded` its nodes
     left out (search/partial.py without): the plan file keeps `whole`, its placement names the real nodes."""
     whole = whole or cl
     from baige_plan.io.hetero_plans import hetero_plan_doc, hetero_plans_doc
     from baige_plan.io.plans import chip_docs_from_catalog, dumps, format_for
-    from baige_plan.present.render_plans import hetero_tables, print_tables
+    from baige_plan.present.render_plans import hetero_ranking_table, hetero_tables, print_tables
     from baige_plan.search.hetero import runs_on, solve
 
     base = StrategySpec(micro_batch=micro_batch or 1, zero=1 if zero is None else zero,
@@ -48,6 +48,8 @@ def plan_hetero(cat, m: ModelSpec, cl: ClusterSpec, job: JobSpec, *, micro_batch
         raise typer.Exit(2)
     try:
         if objective == "cost":   # the cheapest group subset (search/whatif.py); idle devices are not paid
+            if top > 1:
+                note(f"--top {top}: --objective cost prints the cheapest plan only on a cluster of several groups")
             from baige_plan.search.whatif import cheapest_subset
             with progress_line("--objective cost: planning each subset of the chip groups"):
                 r, tried = cheapest_subset(m, cl, job, base, memory_frac=max_memory_frac,
@@ -60,7 +62,7 @@ def plan_hetero(cat, m: ModelSpec, cl: ClusterSpec, job: JobSpec, *, micro_batch
         else:
             with progress_line("solving") as prog:    # on stderr after a second; never with --quiet
                 r = solve(m, cl, job, base, memory_frac=max_memory_frac, time_limit_s=time_limit,
-                          recompute_pinned=recompute is not None, lim=lim,
+                          recompute_pinned=recompute is not None, lim=lim, alternatives=top - 1,
                           progress=lambda stage, done, total: prog.update(f"{stage}: {done:,} of {total:,}"))
             if batch_tolerance:   # --batch-tolerance: nearby batches that split over whole groups (issue 18)
                 from dataclasses import replace as _replace
@@ -71,7 +73,7 @@ def plan_hetero(cat, m: ModelSpec, cl: ClusterSpec, job: JobSpec, *, micro_batch
                     j2 = _replace(job, global_batch=b2)
                     try:
                         r2 = solve(m, cl, j2, base, memory_frac=max_memory_frac, time_limit_s=time_limit,
-                                   recompute_pinned=recompute is not None, lim=lim)
+                                   recompute_pinned=recompute is not None, lim=lim, alternatives=top - 1)
                     except SpecError:
                         continue
                     better = r2.estimate.fits and r2.estimate.tokens_per_s > r.estimate.tokens_per_s * (1 + 1e-9)
@@ -147,6 +149,8 @@ def plan_hetero(cat, m: ModelSpec, cl: ClusterSpec, job: JobSpec, *, micro_batch
         title = f"{m.name} on {cl.name} (global batch {job.global_batch}, seq {job.seq_len}, {job.precision})"
         best = dict(doc["plans"][0])
         tables = hetero_tables(best, title)
+        if len(doc["plans"]) > 1:     # --top K: the plans in order, the first detailed above
+            tables.append(hetero_ranking_table(doc["plans"]))
         if training is not None:
             from baige_plan.cli.whatif import training_table
             tables = [*tables, training_table([training], tokens)]

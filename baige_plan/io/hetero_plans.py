@@ -21,6 +21,7 @@ from baige_plan.io.plan_doc import (
 )
 from baige_plan.io.serialize import Flow, rnd, strategy_dict
 from baige_plan.search.hetero import HeteroResult
+from baige_plan.search.ranking import HETERO_ORDER_RULE, fastest_first_ties
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
 from baige_plan.specs.pipeline import PipelinesSpec
@@ -78,4 +79,26 @@ def hetero_plans_doc(r: HeteroResult, max_memory_frac: float, model: ModelSpec |
                              matmul_precisions(r.pipelines, cluster, job) if cluster is not None and job is not None
                              else None)
     d["pipelines"] = hetero_pipelines_doc(r.pipelines, r.estimate)
-    return {"schema": PLANS_SCHEMA, "plans": [d], "search": _search_doc(r, False, max_memory_frac)}
+    plans = [d]
+    if not r.alternatives:
+        return {"schema": PLANS_SCHEMA, "plans": plans, "search": _search_doc(r, False, max_memory_frac)}
+    # `plan --top K` (K > 1): the next distinct plans the search estimated, fastest first, ties marked
+    # (search/ranking.py fastest_first_ties); each plan names its pipeline template
+    d["template"] = r.label
+    for a in r.alternatives:
+        b = (band_for(a.estimate.step_time_s, model, job, a.estimate.strategy)
+             if model is not None and job is not None else None)
+        x = hetero_estimate_dict(a.estimate, a.pipelines, r.standalone, a.idle, b,
+                                 matmul_precisions(a.pipelines, cluster, job) if cluster is not None and job is not None
+                                 else None)
+        x["pipelines"] = hetero_pipelines_doc(a.pipelines, a.estimate)
+        x["template"] = a.label
+        plans.append(x)
+    bands = [p.get("step_time_band_s") for p in plans]
+    order = fastest_first_ties([p["step_time_s"] for p in plans], None if None in bands else bands)
+    for p, o in zip(plans, order, strict=True):
+        p["tie"] = o.tie
+        if o.tie:
+            p["tie_group"] = o.tie_group
+    return {"schema": PLANS_SCHEMA, "plans": plans, "search": _search_doc(r, False, max_memory_frac),
+            "ordering": HETERO_ORDER_RULE}

@@ -319,3 +319,19 @@ def hetero_tables(plan: dict, title: str) -> list[Table]:
         br.add_row("-", "no traffic crosses a bridge", "0")
     tables.append(br)
     return tables
+
+
+def hetero_ranking_table(plans: list[dict]) -> Table:
+    """`plan --top K` on a cluster of several groups: one row per plan, fastest first (ties marked ~), each by its
+    pipeline template (replicas x [group tp pp > ...]), step time and band, throughput, MFU and devices used."""
+    t = Table(title=f"top {len(plans)} plans (ties: overlapping step-time bands, marked ~; the first is detailed "
+                    "above)", title_justify="left")
+    for h in ("#", "pipeline template", "step time", "band", "vs first", "tokens/s", "MFU", "devices used"):
+        t.add_column(h, justify="left" if h in ("pipeline template", "devices used") else "right")
+    base = plans[0]["step_time_s"]
+    for i, p in enumerate(plans):
+        used = ", ".join(f"{g} {n}" for g, n in (p.get("devices_used") or {}).items())
+        t.add_row(_mark(i, p), p.get("template", "-"), _s(p["step_time_s"]), _band(p),
+                  f"{p['step_time_s'] / base - 1:+.1%}", f"{p['tokens_per_s']:,.0f}", f"{p['mfu']:.1%}", used)
+    return t
+

@@ -117,6 +117,19 @@ class HeteroResult:
     idle: tuple[tuple[str, int, str], ...] = ()    # (group, idle devices, why), for groups not fully used
     cp_sat: int = 0                       # templates of several shapes, solved with CP-SAT (the others by the exact
                                           # layer sweep, `sweep_single`)
+    label: str = ""                       # the best plan's template label
+    alternatives: tuple[Alternative, ...] = ()   # solve(alternatives=N): the next distinct plans, fastest first
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """One more plan `plan --top K` shows on a cluster of several groups: a plan the search estimated exactly,
+    normalised like the best, distinct from the plans before it in step time or peak memory."""
+
+    label: str
+    pipelines: PipelinesSpec
+    estimate: Estimate
+    idle: tuple[tuple[str, int, str], ...] = ()
 
 
 def _affine(model, cluster, job, p_base: PipelinesSpec, shape_stages, j, i, m,
@@ -612,8 +625,9 @@ def _homogeneous_pipelines(model: ModelSpec, job: JobSpec, group: str, s: Strate
 
 def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySpec, *, memory_frac: float = 0.9,
           time_limit_s: float | None = None, per_group_top: int = 2, recompute_pinned: bool = False,
-          lim: Limits | None = None, progress: Callable[[str, int, int], None] | None = None) -> HeteroResult:
-    """Best heterogeneous plan within the caps and pins `lim`. Tries recompute selective then full
+          lim: Limits | None = None, progress: Callable[[str, int, int], None] | None = None,
+          alternatives: int = 0) -> HeteroResult:
+    """Best heterogeneous plan within the caps and pins `lim`, and up to `alternatives` more (`_alternatives`). Tries recompute selective then full
     unless pinned. `time_limit_s` (None: no limit, and the result is reproducible to the byte): templates
     are solved in label order; at the limit the remaining ones are skipped, and the status says FEASIBLE
     with how many were solved (the single-group searches get the same limit). `progress(stage, done, total)`,
@@ -758,8 +772,37 @@ def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySp
     standalone = standalone_throughputs(model, cluster, job, memory_frac, time_limit_s, searched, lim, base.runtime,
                                         known)
     idle = _idle_reasons(model, cluster, job, p, e, results, base.runtime)
+    alts = _alternatives(model, cluster, job, e, results, alternatives, memory_frac, cache, base.runtime)
     return HeteroResult(p, e, status, gap, n_temps, solves, time.perf_counter() - t0, standalone, runners, idle,
-                        cp_sat=cp_sat)
+                        cp_sat=cp_sat, label=label, alternatives=alts)
+
+
+def _alternatives(model, cluster, job, best: Estimate, results: list, n: int, memory_frac: float, cache: dict,
+                  runtime: str) -> tuple[Alternative, ...]:
+    """The next `n` plans after the best, in the search's order (exact step time, then label), each normalised
+    and estimated as the best is; a plan equal to one before it in step time and peak memory at the plan file's
+    rounding (6 significant digits) is the same row and skipped (issue 16: no two rows with the same time and
+    memory). Every plan here was estimated exactly and passed the runtime's rules (`solve`)."""
+    out: list[Alternative] = []
+    if n <= 0:
+        return ()
+    seen = {_row_key(best)}
+    for _t, lab, p_, e_, *_ in results[1:]:
+        if len(out) >= n:
+            break
+        pn = normalized(p_)
+        en = _exact(model, cluster, job, pn, memory_frac, cache) or e_
+        k = _row_key(en)
+        if k in seen:
+            continue
+        seen.add(k)
+        out.append(Alternative(lab, pn, en, _idle_reasons(model, cluster, job, pn, en, results, runtime)))
+    return tuple(out)
+
+
+def _row_key(e: Estimate) -> tuple[float, float]:
+    # the plan file's rounding of floats (io/serialize.py rnd: 6 significant digits)
+    return float(f"{e.step_time_s:.6g}"), float(f"{e.peak_memory_gib:.6g}")
 
 
 def _idle_reasons(model, cluster, job, p: PipelinesSpec, e: Estimate, results: list, runtime: str

@@ -20,6 +20,9 @@ stays the exact optimum of the cost model (search/solver.py, checked by search/o
      then predicted step time, then the search's order.
    Rows past the pool follow in the search's order, in no group. Without bands there are no ties and the
    order is the search's.
+3. On a cluster of several chip groups (`fastest_first_ties`) the plans are the search's best and its next distinct
+   plans (search/hetero.py `_alternatives`), and the order stays the search's, fastest first: the keys above
+   describe one strategy, not a plan of several pipeline shapes on several chips. Ties are marked the same way.
 """
 
 from __future__ import annotations
@@ -36,6 +39,9 @@ KNOBS = ("recompute", "zero", "micro_batch", "sequence_parallel", "attention", "
 ORDER_RULE = ("ties: plans whose step-time bands overlap; shown simpler first: fewer parallel dimensions "
               "(tp, pp, cp, ep, vpp, zero 3 unless the runtime shards by default), no cp unless every tie needs it, "
               "a published recipe's layout, then step time")
+
+HETERO_ORDER_RULE = ("ties: plans whose step-time bands overlap, marked; on a cluster of several chip groups shown "
+                     "fastest first (the first is the plan file's plan)")
 
 Layout = tuple[int, int, int, int, int]   # (tp, pp, cp, ep, vpp): what a published recipe's layout is matched on
 
@@ -123,16 +129,11 @@ def present_order(times: Sequence[float], strategies: Sequence[StrategySpec],
     n = len(times)
     if bands is None or n < 2:
         return [Placed(i) for i in range(n)]
-    head = sorted(range(min(pool, n)), key=lambda i: (times[i], i))
     out: list[Placed] = []
     group = 0
-    while head:
-        lead = head[0]
-        ties = [i for i in head if overlap(bands[i], bands[lead])]
-        tied = set(ties)
-        head = [i for i in head if i not in tied]
+    for ties in band_groups(times, bands, pool):
         if len(ties) == 1:
-            out.append(Placed(lead))
+            out.append(Placed(ties[0]))
             continue
         group += 1
         ties.sort(key=lambda i: (dimensions(strategies[i]), strategies[i].cp > 1,
@@ -140,3 +141,34 @@ def present_order(times: Sequence[float], strategies: Sequence[StrategySpec],
         out.extend(Placed(i, group) for i in ties)
     out.extend(Placed(i) for i in range(min(pool, n), n))
     return out
+
+
+def band_groups(times: Sequence[float], bands: Sequence[tuple[float, float]], pool: int = TIE_POOL
+                ) -> list[list[int]]:
+    """The rows among the `pool` fastest, grouped (module docstring, 2): the fastest row and every row whose band
+    overlaps its band, then the same around the fastest row left, and so on; each group fastest first."""
+    head = sorted(range(min(pool, len(times))), key=lambda i: (times[i], i))
+    out = []
+    while head:
+        lead = head[0]
+        ties = [i for i in head if overlap(bands[i], bands[lead])]
+        tied = set(ties)
+        head = [i for i in head if i not in tied]
+        out.append(ties)
+    return out
+
+
+def fastest_first_ties(times: Sequence[float], bands: Sequence[tuple[float, float]] | None) -> list[Placed]:
+    """Rows given fastest first, kept in that order, with their tie groups (band_groups; 0: none). For plans on
+    several chip groups: `simplicity` and `dimensions` describe one strategy, not a plan of several pipeline
+    shapes, so the search's order stands and ties are only marked (HETERO_ORDER_RULE)."""
+    n = len(times)
+    if bands is None or n < 2:
+        return [Placed(i) for i in range(n)]
+    group_of = {}
+    g = 0
+    for ties in band_groups(times, bands, n):
+        if len(ties) > 1:
+            g += 1
+            group_of.update({i: g for i in ties})
+    return [Placed(i, group_of.get(i, 0)) for i in range(n)]
