@@ -81,3 +81,34 @@ def test_table_lists_the_plans():
     assert r.exit_code == 0, r.output
     assert "top 3 plans" in r.stdout
     assert r.stdout.count("recompute") >= 3
+
+
+def _evaluated(path) -> float:
+    r = runner.invoke(app, ["--quiet", "evaluate", "--plan", str(path), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)["step_time_s"]
+
+
+@pytest.mark.parametrize("args", [ARGS, ["--quiet", "plan", "llama3-8b", "h100-sxm5-80g:2x8", "--global-batch", "64",
+                                         "--seq-len", "4096"]])
+def test_pick_writes_the_nth_plan_shown(args, tmp_path):
+    """--pick N writes the N-th plan of the list to --out: re-estimated from the file it is that plan (same step time,
+    pipelines), and --pick 1 writes the file --out always wrote."""
+    r = runner.invoke(app, args + ["--top", "3", "--pick", "3", "--out", str(tmp_path / "p3.yaml"), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    shown = json.loads(r.stdout)["plans"]
+    assert len(shown) == 3
+    assert _evaluated(tmp_path / "p3.yaml") == pytest.approx(shown[2]["step_time_s"], rel=1e-5)
+    assert shown[2]["step_time_s"] != pytest.approx(shown[0]["step_time_s"], rel=1e-5)
+    assert runner.invoke(app, args + ["--top", "3", "--out", str(tmp_path / "a.yaml")]).exit_code == 0
+    assert runner.invoke(app, args + ["--top", "3", "--pick", "1", "--out", str(tmp_path / "b.yaml")]).exit_code == 0
+    assert (tmp_path / "a.yaml").read_bytes() == (tmp_path / "b.yaml").read_bytes()
+
+
+def test_pick_bad_input_exits_2_naming_the_option(tmp_path):
+    for extra, why in ((["--top", "2", "--pick", "3", "--out", str(tmp_path / "x.yaml")], "at most --top (2)"),
+                       (["--top", "3", "--pick", "2"], "needs --out")):
+        r = runner.invoke(app, ARGS + extra)
+        assert r.exit_code == 2, r.output
+        assert "--pick" in r.output and why in r.output
+        assert not (tmp_path / "x.yaml").exists()

@@ -53,6 +53,8 @@ def plan(
     top: int = typer.Option(1, "--top", min=1, help="How many plans to print."),
     out: Path = typer.Option(None, "--out", metavar="FILE", help="Write the best plan here (.yaml/.yml, or .json) "
                              "[default: no file]."),
+    pick: int = typer.Option(1, "--pick", min=1, metavar="N", help="With --out: write the N-th plan shown (N <= "
+                             "--top), e.g. a simpler one of a tie, instead of the first [default: 1]."),
     fmt: Fmt = typer.Option(Fmt.table, "--format", help=FORMAT_HELP),
     time_limit: float = typer.Option(None, "--time-limit", metavar="SECONDS", help="Stop the search after this "
                                      "many seconds (reports FEASIBLE and the optimality gap) [default: no limit]."),
@@ -148,6 +150,10 @@ def plan(
         from baige_plan.cost import money
         if objective is not Objective.throughput and tokens is None:
             raise InputError("--objective", objective.value, "needs --tokens N (the tokens to train)")
+        if pick > top:
+            raise InputError("--pick", str(pick), f"must be at most --top ({top}): it picks one of the plans shown")
+        if pick > 1 and out is None:
+            raise InputError("--pick", str(pick), "needs --out FILE (it chooses the plan the file holds)")
         price_over = money.parse_price_options(price)
         money.check_price_keys(cl, price_over)
         prices = money.prices(cl, price_over)
@@ -195,7 +201,7 @@ def plan(
                         sequence_parallel=sequence_parallel, attention=attention.value,
                         max_memory_frac=max_memory_frac, time_limit=time_limit, out=out, fmt=fmt, runtime=rt_name,
                         lim=lim, objective=objective.value, tokens=tokens, prices=prices, whole=cl,
-                        excluded=excluded, batch_tolerance=batch_tolerance, top=top)
+                        excluded=excluded, batch_tolerance=batch_tolerance, top=top, pick=pick)
             return
         bounds = Bounds(max_tp=max_tp, max_pp=max_pp, max_cp=max_cp, max_micro_batch=max_micro_batch,
                         max_memory_frac=max_memory_frac, runtime=rt_name)
@@ -247,7 +253,10 @@ def plan(
         note(f"idle devices: {x['group']} {x['devices']}: {x['why']}")
     # the shown order: equal estimates as one row, ties simpler first; the nearest published recipe (issue 16)
     ranked, published = _present(rows, res.plans, m, job, pr.cluster, rt_name, max_memory_frac, attention.value)
-    first = ranked[0][1]     # the plan file holds the first plan shown
+    if pick > len(ranked):
+        err(f"--pick {pick}: the search found {len(ranked)} distinct plan{'s' if len(ranked) > 1 else ''}")
+        raise typer.Exit(1)
+    first = ranked[pick - 1][1]     # the plan file holds the first plan shown (--pick: the N-th)
     if out is not None:
         from baige_plan.search.placement import placement
         with progress_line(f"writing {out}: placement of {cl.devices:,} devices"):
@@ -255,7 +264,8 @@ def plan(
             slots = placement(s0.tp, s0.cp, s0.dp, s0.pp, g0.name, g0.devices_per_node, nodes=pr.nodes_used,
                               tp_pp_dp=s0.tp_pp_dp_mapping)
             doc = plan_doc(m, cl, job, first, res, chip_docs, max_memory_frac,
-                           [e for _, e, _ in ranked[1:max(top, 1 + RUNNERS_UP)]], slots)
+                           [e for i, (_, e, _) in enumerate(ranked[:max(top, 1 + RUNNERS_UP)]) if i != pick - 1],
+                           slots)
             if idle:
                 doc["estimate"]["idle_devices"] = idle
             if tokens is not None:
@@ -264,7 +274,7 @@ def plan(
                 write_atomic(out, dumps(doc, format_for(out)))
             except InputError as ex:
                 fail_input(ex)
-        note(f"wrote {out}")
+        note(f"wrote {out}" + (f" (plan {pick} of those shown)" if pick > 1 else ""))
     shown = tuple(e for _, e, _ in ranked[:top])
     from dataclasses import replace
     doc = plans_doc(replace(res, plans=shown), cl.groups[0].name, max_memory_frac, m, job)

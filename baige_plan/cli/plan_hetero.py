@@ -23,7 +23,7 @@ def plan_hetero(cat, m: ModelSpec, cl: ClusterSpec, job: JobSpec, *, micro_batch
                 time_limit: float | None, out: Path | None, fmt: Fmt, runtime: str = "flagscale",
                 lim=None, objective: str = "throughput", tokens: float | None = None, prices=None,
                 whole: ClusterSpec | None = None, excluded: dict[str, list[int]] | None = None,
-                batch_tolerance: float | None = None, top: int = 1) -> None:
+                batch_tolerance: float | None = None, top: int = 1, pick: int = 1) -> None:
     """`cl` is the cluster to plan on; with `--exclude`, `whole` is the cluster as given and `excluded` its nodes
     left out (search/partial.py without): the plan file keeps `whole`, its placement names the real nodes."""
     whole = whole or cl
@@ -93,6 +93,7 @@ def plan_hetero(cat, m: ModelSpec, cl: ClusterSpec, job: JobSpec, *, micro_batch
     except SpecError as ex:
         err(f"no feasible plan: {ex.field}: {ex.reason}")
         raise typer.Exit(1) from None
+    gone: tuple = ()
     if excluded:   # the excluded nodes are idle too, and say why
         from dataclasses import replace
 
@@ -102,6 +103,17 @@ def plan_hetero(cat, m: ModelSpec, cl: ClusterSpec, job: JobSpec, *, micro_batch
                       f"({node_list(excluded[g.name])}) excluded by --exclude")
                      for g in whole.groups if excluded.get(g.name))
         r = replace(r, idle=gone + tuple(r.idle))
+    fr = r           # the plan the file holds: the first shown, or --pick's
+    if pick > 1:
+        from dataclasses import replace
+        if pick > 1 + len(r.alternatives):
+            n = 1 + len(r.alternatives)
+            err(f"--pick {pick}: the search found {n} distinct plan{'s' if n > 1 else ''}")
+            raise typer.Exit(1)
+        a = r.alternatives[pick - 2]
+        others = [(r.label, r.estimate)] + [(x.label, x.estimate) for x in r.alternatives if x is not a]
+        fr = replace(r, pipelines=a.pipelines, estimate=a.estimate, idle=gone + a.idle, label=a.label,
+                     runners_up=tuple(others[:len(r.runners_up) or 5]), alternatives=())
     how = "each by an exact layer sweep" if not r.cp_sat else f"{r.cp_sat} with CP-SAT, the others by an exact layer sweep"
     note(f"solved {r.templates} pipeline templates ({how}) in {r.seconds:.2f} s: {r.status}"
          + (f", gap {r.gap:.2%}" if r.gap else ""))
@@ -115,7 +127,7 @@ def plan_hetero(cat, m: ModelSpec, cl: ClusterSpec, job: JobSpec, *, micro_batch
              "with enable_hetero, num_layers_per_virtual_pipeline_stage must be None, 'virtual pipeline not support "
              "now!'); Megatron-LM interleaves (--num-layers-per-virtual-pipeline-stage) on one chip group only: no "
              "runtime planned here interleaves across chip groups")
-    training = None
+    training = training_file = None
     if tokens is not None:   # time and money to train --tokens (cost/money.py)
         from baige_plan.cost.money import summary_line, training_cost, training_dict
         from baige_plan.io.serialize import rnd
@@ -123,23 +135,27 @@ def plan_hetero(cat, m: ModelSpec, cl: ClusterSpec, job: JobSpec, *, micro_batch
                            {g.name: g.devices for g in whole.groups}, prices)
         training = training_dict(tc, objective, rnd)
         note(summary_line(tc))
+        if fr is not r:   # --pick: the file's plan trains at its own step time
+            tc = training_cost(tokens, job.global_batch, job.seq_len, fr.estimate.step_time_s,
+                               fr.pipelines.devices_by_group(), {g.name: g.devices for g in whole.groups}, prices)
+            training_file = training_dict(tc, objective, rnd)
     if out is not None:
         try:
             from baige_plan.search.hetero_placement import hetero_placement
             with progress_line(f"writing {out}"):
-                slots = hetero_placement(r.pipelines, cl)
+                slots = hetero_placement(fr.pipelines, cl)
                 if excluded:   # node k of a group's remaining nodes is its k-th node not excluded
                     from dataclasses import replace
                     usable = {g.name: [i for i in range(g.nodes) if i not in set(excluded.get(g.name, ()))]
                               for g in whole.groups}
                     slots = [replace(x, node=usable[x.group][x.node]) for x in slots]
-                fdoc = hetero_plan_doc(m, whole, job, r, chip_docs, max_memory_frac, slots)
+                fdoc = hetero_plan_doc(m, whole, job, fr, chip_docs, max_memory_frac, slots)
                 if training is not None:
-                    fdoc["estimate"]["training"] = training
+                    fdoc["estimate"]["training"] = training if fr is r else training_file
                 write_atomic(out, dumps(fdoc, format_for(out)))
         except InputError as ex:
             fail_input(ex)
-        note(f"wrote {out}")
+        note(f"wrote {out}" + (f" (plan {pick} of those shown: {fr.label})" if pick > 1 else ""))
     doc = hetero_plans_doc(r, max_memory_frac, m, job, cl)
     if batch_tolerance:
         doc["search"]["batch_tolerance"] = {"percent": batch_tolerance, "asked": asked, "global_batch": job.global_batch}

@@ -50,7 +50,7 @@ INT_RULES: dict[str, tuple[int, int]] = {
     "--ep": (1, MAX_DEVICES), "--etp": (1, MAX_DEVICES), "--max-tp": (1, MAX_DEVICES),
     "--max-pp": (1, MAX_DEVICES), "--max-cp": (1, MAX_DEVICES),
     "--vpp": (1, MAX_LAYERS), "--first-stage-layers": (1, MAX_LAYERS), "--last-stage-layers": (1, MAX_LAYERS),
-    "--zero": (0, 3), "--top": (1, MAX_TOP), "--fsdp-shard": (0, MAX_DEVICES),
+    "--zero": (0, 3), "--top": (1, MAX_TOP), "--pick": (1, MAX_TOP), "--fsdp-shard": (0, MAX_DEVICES),
     "--devices": (1, 4096), "--reps": (1, 1_000_000),          # profile
 }
 # option -> (lowest, lowest allowed?, highest) for floats; NaN and infinities never pass
