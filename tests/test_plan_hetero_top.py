@@ -112,3 +112,12 @@ def test_pick_bad_input_exits_2_naming_the_option(tmp_path):
         assert r.exit_code == 2, r.output
         assert "--pick" in r.output and why in r.output
         assert not (tmp_path / "x.yaml").exists()
+
+
+def test_top_past_the_plans_found_shows_them_all():
+    r = runner.invoke(app, ARGS + ["--top", "40", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    plans = json.loads(r.stdout)["plans"]
+    assert 5 < len(plans) < 40       # every plan the search estimated exactly, each once
+    assert len({(p["step_time_s"], p["peak_memory_gib"]) for p in plans}) == len(plans)
+    assert [p["step_time_s"] for p in plans] == sorted(p["step_time_s"] for p in plans)

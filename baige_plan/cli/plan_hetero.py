@@ -103,6 +103,12 @@ def plan_hetero(cat, m: ModelSpec, cl: ClusterSpec, job: JobSpec, *, micro_batch
                       f"({node_list(excluded[g.name])}) excluded by --exclude")
                      for g in whole.groups if excluded.get(g.name))
         r = replace(r, idle=gone + tuple(r.idle))
+    if top > 1 + len(r.alternatives) and objective != "cost":
+        n = 1 + len(r.alternatives)
+        from baige_plan.search.hetero import POLISH_WITHIN
+        note(f"--top {top}: the search estimated {n} distinct plan{'s' if n > 1 else ''} exactly (those whose "
+             f"lower bound is within {POLISH_WITHIN - 1:.0%} of the best step, and each chip group's best plan "
+             "alone); all are shown")
     fr = r           # the plan the file holds: the first shown, or --pick's
     if pick > 1:
         from dataclasses import replace
