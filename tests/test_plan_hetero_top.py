@@ -107,7 +107,9 @@ def test_pick_writes_the_nth_plan_shown(args, tmp_path):
 
 def test_pick_bad_input_exits_2_naming_the_option(tmp_path):
     for extra, why in ((["--top", "2", "--pick", "3", "--out", str(tmp_path / "x.yaml")], "at most --top (2)"),
-                       (["--top", "3", "--pick", "2"], "needs --out")):
+                       (["--top", "3", "--pick", "2"], "needs --out"),
+                       (["--objective", "cost", "--tokens", "1e9", "--price", "ascend-910b=1.5", "--top", "2",
+                         "--pick", "2", "--out", str(tmp_path / "x.yaml")], "finds one plan")):
         r = runner.invoke(app, ARGS + extra)
         assert r.exit_code == 2, r.output
         assert "--pick" in r.output and why in r.output

@@ -48,6 +48,9 @@ def plan_hetero(cat, m: ModelSpec, cl: ClusterSpec, job: JobSpec, *, micro_batch
         raise typer.Exit(2)
     try:
         if objective == "cost":   # the cheapest group subset (search/whatif.py); idle devices are not paid
+            if pick > 1:
+                raise InputError("--pick", str(pick), "--objective cost on a cluster of several groups finds one plan "
+                                 "(the cheapest group subset's); pick among --objective throughput plans instead")
             if top > 1:
                 note(f"--top {top}: --objective cost prints the cheapest plan only on a cluster of several groups")
             from baige_plan.search.whatif import cheapest_subset
