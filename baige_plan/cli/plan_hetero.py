@@ -30,7 +30,7 @@ def plan_hetero(cat, m: ModelSpec, cl: ClusterSpec, job: JobSpec, *, micro_batch
     from baige_plan.io.hetero_plans import hetero_plan_doc, hetero_plans_doc
     from baige_plan.io.plans import chip_docs_from_catalog, dumps, format_for
     from baige_plan.present.render_plans import hetero_ranking_table, hetero_tables, print_tables
-    from baige_plan.search.hetero import runs_on, solve
+    from baige_plan.search.hetero import RUNNERS_UP, runs_on, solve
 
     base = StrategySpec(micro_batch=micro_batch or 1, zero=1 if zero is None else zero,
                         recompute=recompute.value if recompute else "selective",
@@ -122,7 +122,7 @@ def plan_hetero(cat, m: ModelSpec, cl: ClusterSpec, job: JobSpec, *, micro_batch
         a = r.alternatives[pick - 2]
         others = [(r.label, r.estimate)] + [(x.label, x.estimate) for x in r.alternatives if x is not a]
         fr = replace(r, pipelines=a.pipelines, estimate=a.estimate, idle=gone + a.idle, label=a.label,
-                     runners_up=tuple(others[:len(r.runners_up) or 5]), alternatives=())
+                     runners_up=tuple(others[:RUNNERS_UP]), alternatives=())
     how = "each by an exact layer sweep" if not r.cp_sat else f"{r.cp_sat} with CP-SAT, the others by an exact layer sweep"
     note(f"solved {r.templates} pipeline templates ({how}) in {r.seconds:.2f} s: {r.status}"
          + (f", gap {r.gap:.2%}" if r.gap else ""))
@@ -140,14 +140,15 @@ def plan_hetero(cat, m: ModelSpec, cl: ClusterSpec, job: JobSpec, *, micro_batch
     if tokens is not None:   # time and money to train --tokens (cost/money.py)
         from baige_plan.cost.money import summary_line, training_cost, training_dict
         from baige_plan.io.serialize import rnd
-        tc = training_cost(tokens, job.global_batch, job.seq_len, r.estimate.step_time_s, r.pipelines.devices_by_group(),
-                           {g.name: g.devices for g in whole.groups}, prices)
-        training = training_dict(tc, objective, rnd)
+
+        def cost_of(x):
+            return training_cost(tokens, job.global_batch, job.seq_len, x.estimate.step_time_s,
+                                 x.pipelines.devices_by_group(), {g.name: g.devices for g in whole.groups}, prices)
+        tc = cost_of(r)
+        training = training_file = training_dict(tc, objective, rnd)
         note(summary_line(tc))
         if fr is not r:   # --pick: the file's plan trains at its own step time
-            tc = training_cost(tokens, job.global_batch, job.seq_len, fr.estimate.step_time_s,
-                               fr.pipelines.devices_by_group(), {g.name: g.devices for g in whole.groups}, prices)
-            training_file = training_dict(tc, objective, rnd)
+            training_file = training_dict(cost_of(fr), objective, rnd)
     if out is not None:
         try:
             from baige_plan.search.hetero_placement import hetero_placement
@@ -160,7 +161,7 @@ def plan_hetero(cat, m: ModelSpec, cl: ClusterSpec, job: JobSpec, *, micro_batch
                     slots = [replace(x, node=usable[x.group][x.node]) for x in slots]
                 fdoc = hetero_plan_doc(m, whole, job, fr, chip_docs, max_memory_frac, slots)
                 if training is not None:
-                    fdoc["estimate"]["training"] = training if fr is r else training_file
+                    fdoc["estimate"]["training"] = training_file
                 write_atomic(out, dumps(fdoc, format_for(out)))
         except InputError as ex:
             fail_input(ex)

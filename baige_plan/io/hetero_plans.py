@@ -71,14 +71,20 @@ def hetero_plan_doc(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, r: Het
     }
 
 
+def _plan_entry(e: Estimate, p: PipelinesSpec, standalone: dict[str, float], idle, model: ModelSpec | None,
+                job: JobSpec | None, cluster: ClusterSpec | None) -> dict:
+    """One entry of `plans`: the estimate (with its band and matmul precisions where model, job and cluster are
+    given) and its pipelines."""
+    band = band_for(e.step_time_s, model, job, e.strategy) if model is not None and job is not None else None
+    d = hetero_estimate_dict(e, p, standalone, idle, band,
+                             matmul_precisions(p, cluster, job) if cluster is not None and job is not None else None)
+    d["pipelines"] = hetero_pipelines_doc(p, e)
+    return d
+
+
 def hetero_plans_doc(r: HeteroResult, max_memory_frac: float, model: ModelSpec | None = None,
                      job: JobSpec | None = None, cluster: ClusterSpec | None = None) -> dict:
-    band = (band_for(r.estimate.step_time_s, model, job, r.estimate.strategy)
-            if model is not None and job is not None else None)
-    d = hetero_estimate_dict(r.estimate, r.pipelines, r.standalone, r.idle, band,
-                             matmul_precisions(r.pipelines, cluster, job) if cluster is not None and job is not None
-                             else None)
-    d["pipelines"] = hetero_pipelines_doc(r.pipelines, r.estimate)
+    d = _plan_entry(r.estimate, r.pipelines, r.standalone, r.idle, model, job, cluster)
     plans = [d]
     if not r.alternatives:
         return {"schema": PLANS_SCHEMA, "plans": plans, "search": _search_doc(r, False, max_memory_frac)}
@@ -86,12 +92,7 @@ def hetero_plans_doc(r: HeteroResult, max_memory_frac: float, model: ModelSpec |
     # (search/ranking.py fastest_first_ties); each plan names its pipeline template
     d["template"] = r.label
     for a in r.alternatives:
-        b = (band_for(a.estimate.step_time_s, model, job, a.estimate.strategy)
-             if model is not None and job is not None else None)
-        x = hetero_estimate_dict(a.estimate, a.pipelines, r.standalone, a.idle, b,
-                                 matmul_precisions(a.pipelines, cluster, job) if cluster is not None and job is not None
-                                 else None)
-        x["pipelines"] = hetero_pipelines_doc(a.pipelines, a.estimate)
+        x = _plan_entry(a.estimate, a.pipelines, r.standalone, a.idle, model, job, cluster)
         x["template"] = a.label
         plans.append(x)
     bands = [p.get("step_time_band_s") for p in plans]

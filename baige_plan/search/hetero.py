@@ -81,6 +81,7 @@ from baige_plan.search.hetero_templates import (
     standalone_key,
     templates,
 )
+from baige_plan.search.ranking import sig
 from baige_plan.specs import runtimes
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
@@ -100,6 +101,7 @@ POLISH_EVALS = 600          # exact evaluations spent polishing (half on the bes
 CP_SAT_MAX_PER_TEMPLATE = 0.1  # deterministic seconds of CP-SAT per template at most
 POLISH_TOP = 8              # at most this many solutions are polished with the exact model,
 POLISH_WITHIN = 1.25        # those within 25% of the best
+RUNNERS_UP = 5              # runners-up a result names (HeteroResult.runners_up)
 BATCH_WINDOW = 8            # micro-batches per replica either side of the speed-proportional split
 
 
@@ -767,7 +769,7 @@ def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySp
         status = f"FEASIBLE (time limit: {solves} of {n_temps} templates solved)"
     p = normalized(p)
     e = _exact(model, cluster, job, p, memory_frac, cache) or e
-    runners = tuple((lab, e_) for _st, lab, _p, e_, *_ in results[1:6])
+    runners = tuple((lab, e_) for _st, lab, _p, e_, *_ in results[1:1 + RUNNERS_UP])
     tell("the best plan of each chip group alone", 0, 1)
     standalone = standalone_throughputs(model, cluster, job, memory_frac, time_limit_s, searched, lim, base.runtime,
                                         known)
@@ -786,23 +788,19 @@ def _alternatives(model, cluster, job, best: Estimate, results: list, n: int, me
     out: list[Alternative] = []
     if n <= 0:
         return ()
-    seen = {_row_key(best)}
+    seen = {(sig(best.step_time_s), sig(best.peak_memory_gib))}
     for _t, lab, p_, e_, *_ in results[1:]:
         if len(out) >= n:
             break
         pn = normalized(p_)
         en = _exact(model, cluster, job, pn, memory_frac, cache) or e_
-        k = _row_key(en)
+        k = (sig(en.step_time_s), sig(en.peak_memory_gib))
         if k in seen:
             continue
         seen.add(k)
         out.append(Alternative(lab, pn, en, _idle_reasons(model, cluster, job, pn, en, results, runtime)))
     return tuple(out)
 
-
-def _row_key(e: Estimate) -> tuple[float, float]:
-    # the plan file's rounding of floats (io/serialize.py rnd: 6 significant digits)
-    return float(f"{e.step_time_s:.6g}"), float(f"{e.peak_memory_gib:.6g}")
 
 
 def _idle_reasons(model, cluster, job, p: PipelinesSpec, e: Estimate, results: list, runtime: str
