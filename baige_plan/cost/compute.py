@@ -81,6 +81,7 @@ class ChipRates:
     fused_peak_flops: float = 0.0
     gemm_scale: float = 1.0   # Calibration.gemm_scale: multiplier on the chip's GEMM-efficiency curves
     attn_kernel: str = ""     # the runtime's fused-attention kernel (specs/chip.py ATTENTION_KERNELS; "": none known)
+    eager_Bps: float = 0.0    # eager PyTorch's autocast traffic (cost/execution.py EagerTraffic) moves at this rate
 
     @classmethod
     def of(cls, chip: ChipSpec, precision: str, gemm_scale: float | None = None) -> ChipRates:
@@ -97,8 +98,9 @@ class ChipRates:
         if precision in FP32_PRECISIONS:
             fused, fused_peak = "fp32", chip.peak("fp32") * 1e12
             chip.gemm_curve("fp32")   # the fused-attention rate needs it: fail here, naming the figure
+        eager = chip.hbm_GBps * 1e9 * chip.eager_hbm_efficiency if chip.eager_hbm_efficiency else hbm
         return cls(chip.peak(gemm_dtype) * 1e12, hbm, gemm_dtype, act, chip, attn, chip.peak(attn) * 1e12,
-                   fused, fused_peak, gemm_scale)
+                   fused, fused_peak, gemm_scale, eager_Bps=eager)
 
 
 def gemm_time_s(g: Gemm, r: ChipRates, passes: float = 1.0, bwd: bool = False) -> float:

@@ -332,6 +332,9 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
         if (s.eager_traffic or runtimes.get(s.runtime).eager_traffic) == "bf16":
             # bf16 parameters without autocast, fused norms (cost/execution.py Bf16EagerTraffic)
             e16 = EAGER_BF16
+            # bf16 kernels (fused RMSNorm, no fp32 casts) at the copy bandwidth: the eager bandwidth (cost/execution.py
+            # EAGER_H100_OVER_H200_TIME) was measured on the autocast harness's kernels only
+            e_Bps = r.hbm_Bps
             # the MLP's elementwise width: the dense FFN, or an MoE layer's routed (top-k) and shared experts
             ffn = model.ffn_hidden
             if moe and model.moe is not None:
@@ -339,14 +342,15 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
             width = ffn * (3 if model.activation == "swiglu" else 1) / model.hidden
             per_layer = (e16.bytes_per_token_layer_hidden + e16.bytes_per_token_layer_mlp_width * width) * tok_h
             param_b = e16.bytes_per_param_per_micro_batch
-            eager_rec = per_layer * EAGER.fwd_share / r.hbm_Bps
+            eager_rec = per_layer * EAGER.fwd_share / e_Bps
         else:
+            e_Bps = r.eager_Bps or r.hbm_Bps
             per_layer = EAGER.bytes_per_token_layer_hidden * tok_h
             param_b = EAGER.bytes_per_param_per_micro_batch
-            eager_rec = EAGER.recompute_bytes_per_token_layer_hidden * tok_h / r.hbm_Bps
-        m_f = (per_layer * EAGER.fwd_share + core_b) / r.hbm_Bps
-        m_b = (per_layer * (1 - EAGER.fwd_share) + 2 * core_b + param_b
-               * (d_params / s.tp + e_params / (s.ep * s.etp))) / r.hbm_Bps
+            eager_rec = EAGER.recompute_bytes_per_token_layer_hidden * tok_h / e_Bps
+        m_f = per_layer * EAGER.fwd_share / e_Bps + core_b / r.hbm_Bps
+        m_b = (per_layer * (1 - EAGER.fwd_share) + param_b * (d_params / s.tp + e_params / (s.ep * s.etp))) / e_Bps \
+            + 2 * core_b / r.hbm_Bps
     lf = g_f + a_f + m_f
     lb = 2 * g_f + a_b + m_b
     # the forward's device time after an MoE dispatcher's host sync, by phase (cost/moe.py host_bound_moe_layer_s):
@@ -619,7 +623,8 @@ def _logits_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, tokens: float
                         else FUSED_LOSS_BYTES_PER_LOGIT)
     eager_extra = EAGER.extra_loss_activation_bytes_per_logit
     act = logits * loss_bytes_per_logit(rt.memory.loss, s.execution, s.tp, r.act_bytes, eager_extra)
-    return t_lf + logits * fwd_b / r.hbm_Bps, 2 * t_lf + logits * bwd_b / r.hbm_Bps, act
+    l_Bps = (r.eager_Bps or r.hbm_Bps) if s.execution == "eager" else r.hbm_Bps
+    return t_lf + logits * fwd_b / l_Bps, 2 * t_lf + logits * bwd_b / l_Bps, act
 
 
 def homogeneous_pp_link(group: GroupSpec, s: StrategySpec) -> C.Link:

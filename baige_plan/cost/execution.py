@@ -27,8 +27,23 @@ from dataclasses import dataclass
 EXECUTIONS = ("fused", "eager")
 
 
+# Eager kernels do not speed up with HBM alone. The same harness ran on one H100 (runs_h100.yaml) and one H200
+# (runs_h200.yaml), same torch 2.11, same kernels: the non-GEMM, non-attention, non-optimizer kernel time (copies and
+# casts, elementwise, norms, reductions, loss, other; `kernel_time_by_kind_s`) is 1.185-1.213x longer on the H100 over
+# the six dense model pairs (gpt-125m..1.3b, micro-batch 1-8, recompute on and off; median 1.193; the two MoE pairs
+# 1.13/1.15), where the two chips' 1 GiB copy bandwidths differ 4247 / 3012 = 1.41x (their GEMM time 1.00-1.04x).
+# Both parts are the GH100 die (132 SMs, same clocks): these small kernels are held by what the SMs keep in flight
+# as much as by HBM, so bandwidth alone does not scale them. EagerTraffic's bytes were fitted on the H200 at its copy
+# bandwidth; on the H100 they move at 4247 / 1.193 = 3560 GB/s (ChipSpec.eager_hbm_efficiency 1.063 of its 3350 GB/s
+# datasheet figure: a rate in the fit's units, not a claim that HBM runs above its peak). Chips without that
+# measurement keep their copy bandwidth (hbm_efficiency), as before: which of the two limits holds on them (fewer SMs,
+# other clocks, other memory) was not measured.
+EAGER_H100_OVER_H200_TIME = 1.193
+
+
 @dataclass(frozen=True)
 class EagerTraffic:
+    # fitted as kernel time x the H200's copy bandwidth (4247 GB/s): they move at ChipRates.eager_Bps
     bytes_per_token_layer_hidden: float = 409.0
     recompute_bytes_per_token_layer_hidden: float = 105.0
     bytes_per_param_per_micro_batch: float = 24.3

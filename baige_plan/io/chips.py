@@ -174,8 +174,8 @@ def chip_from_doc(doc: Any, src: str) -> ChipSpec:
     pcie = check_keys(top.get("pcie") or {}, src, "pcie", set(), {"GBps_per_dir", "gen"})
     host = check_keys(top.get("host_link") or {}, src, "host_link", set(), {"GBps_per_dir", "kind"})
     meas = check_keys(top["measured"], src, "measured", {"gemm_efficiency"},
-                      {"hbm_efficiency", "scaleup_efficiency", "nic_efficiency", "scaleup_latency_us",
-                       "nic_latency_us", "observations", "flash_attention_efficiency", "links", "attention_kernels"})
+                      {"hbm_efficiency", "eager_hbm_efficiency", "scaleup_efficiency", "nic_efficiency",
+                       "scaleup_latency_us", "nic_latency_us", "observations", "flash_attention_efficiency", "links", "attention_kernels"})
     curves_d = check_keys(meas["gemm_efficiency"] or {}, src, "measured.gemm_efficiency", set(), set(DTYPES))
     curves = {k: _curve(v, src, f"measured.gemm_efficiency.{k}", cites) for k, v in curves_d.items()}
     links = link_domains_from_doc(meas["links"], src, "measured.links", cites) if "links" in meas else {}
@@ -197,6 +197,7 @@ def chip_from_doc(doc: Any, src: str) -> ChipSpec:
             host_link_GBps=_sourced(host, "GBps_per_dir", src, "host_link", cites, required=False),
             gemm_efficiency=curves,
             hbm_efficiency=_sourced(meas, "hbm_efficiency", src, "measured", cites, required=False),
+            eager_hbm_efficiency=_sourced(meas, "eager_hbm_efficiency", src, "measured", cites, required=False),
             scaleup_efficiency=_sourced(meas, "scaleup_efficiency", src, "measured", cites, required=False),
             nic_efficiency=_sourced(meas, "nic_efficiency", src, "measured", cites, required=False),
             scaleup_latency_us=_sourced(meas, "scaleup_latency_us", src, "measured", cites, required=False),

@@ -81,6 +81,9 @@ class ChipSpec:
     pcie_GBps: float | None
     gemm_efficiency: dict[str, EfficiencyCurve] = field(default_factory=dict)
     hbm_efficiency: float | None = None         # achievable / peak HBM bandwidth
+    # the rate of eager PyTorch's memory-bound kernels / peak HBM bandwidth, in the units of cost/execution.py
+    # EagerTraffic, where measured (None: hbm_efficiency); EAGER_H100_OVER_H200_TIME says why it differs on H100
+    eager_hbm_efficiency: float | None = None
     scaleup_efficiency: float | None = None     # achievable busbw / scaleup_GBps
     nic_efficiency: float | None = None         # achievable per-device busbw / NIC line rate
     scaleup_latency_us: float | None = None     # per collective step
@@ -111,7 +114,8 @@ class ChipSpec:
         v = self.price_usd_per_device_hour
         require(v is None or (math.isfinite(v) and 0 <= v <= MAX_PRICE_USD), "price.usd_per_device_hour",
                 f"must be a number from 0 to {MAX_PRICE_USD:,.0f} or null, got {v}")
-        for name in ("hbm_efficiency", "scaleup_efficiency", "nic_efficiency", "flash_efficiency"):
+        for name in ("hbm_efficiency", "eager_hbm_efficiency", "scaleup_efficiency", "nic_efficiency",
+                     "flash_efficiency"):
             v = getattr(self, name)
             require(v is None or 0 < v <= 1.2, name, f"must be in (0, 1.2] or null, got {v}")
         require(self.scaleup_kind in SCALEUP_KINDS, "scaleup.kind",
