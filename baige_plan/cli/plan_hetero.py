@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import typer
@@ -68,12 +69,10 @@ def plan_hetero(cat, m: ModelSpec, cl: ClusterSpec, job: JobSpec, *, micro_batch
                           recompute_pinned=recompute is not None, lim=lim, alternatives=top - 1,
                           progress=lambda stage, done, total: prog.update(f"{stage}: {done:,} of {total:,}"))
             if batch_tolerance:   # --batch-tolerance: nearby batches that split over whole groups (issue 18)
-                from dataclasses import replace as _replace
-
                 from baige_plan.search.batch_tolerance import candidate_batches
                 asked = job.global_batch
                 for b2 in candidate_batches(asked, cl, batch_tolerance):
-                    j2 = _replace(job, global_batch=b2)
+                    j2 = replace(job, global_batch=b2)
                     try:
                         r2 = solve(m, cl, j2, base, memory_frac=max_memory_frac, time_limit_s=time_limit,
                                    recompute_pinned=recompute is not None, lim=lim, alternatives=top - 1)
@@ -98,8 +97,6 @@ def plan_hetero(cat, m: ModelSpec, cl: ClusterSpec, job: JobSpec, *, micro_batch
         raise typer.Exit(1) from None
     gone: tuple = ()
     if excluded:   # the excluded nodes are idle too, and say why
-        from dataclasses import replace
-
         from baige_plan.search.partial import node_list
         gone = tuple((g.name, len(excluded[g.name]) * g.devices_per_node,
                       f"{len(excluded[g.name])} node{'s' if len(excluded[g.name]) > 1 else ''} "
@@ -114,7 +111,6 @@ def plan_hetero(cat, m: ModelSpec, cl: ClusterSpec, job: JobSpec, *, micro_batch
              "alone); all are shown")
     fr = r           # the plan the file holds: the first shown, or --pick's
     if pick > 1:
-        from dataclasses import replace
         if pick > 1 + len(r.alternatives):
             n = 1 + len(r.alternatives)
             err(f"--pick {pick}: the search found {n} distinct plan{'s' if n > 1 else ''}")
@@ -155,7 +151,6 @@ def plan_hetero(cat, m: ModelSpec, cl: ClusterSpec, job: JobSpec, *, micro_batch
             with progress_line(f"writing {out}"):
                 slots = hetero_placement(fr.pipelines, cl)
                 if excluded:   # node k of a group's remaining nodes is its k-th node not excluded
-                    from dataclasses import replace
                     usable = {g.name: [i for i in range(g.nodes) if i not in set(excluded.get(g.name, ()))]
                               for g in whole.groups}
                     slots = [replace(x, node=usable[x.group][x.node]) for x in slots]

@@ -175,7 +175,8 @@ def chip_from_doc(doc: Any, src: str) -> ChipSpec:
     host = check_keys(top.get("host_link") or {}, src, "host_link", set(), {"GBps_per_dir", "kind"})
     meas = check_keys(top["measured"], src, "measured", {"gemm_efficiency"},
                       {"hbm_efficiency", "eager_hbm_efficiency", "scaleup_efficiency", "nic_efficiency",
-                       "scaleup_latency_us", "nic_latency_us", "observations", "flash_attention_efficiency", "links", "attention_kernels"})
+                       "scaleup_latency_us", "nic_latency_us", "observations", "flash_attention_efficiency", "links",
+                       "attention_kernels"})
     curves_d = check_keys(meas["gemm_efficiency"] or {}, src, "measured.gemm_efficiency", set(), set(DTYPES))
     curves = {k: _curve(v, src, f"measured.gemm_efficiency.{k}", cites) for k, v in curves_d.items()}
     links = link_domains_from_doc(meas["links"], src, "measured.links", cites) if "links" in meas else {}

@@ -334,4 +334,3 @@ def hetero_ranking_table(plans: list[dict]) -> Table:
         t.add_row(_mark(i, p), p.get("template", "-"), _s(p["step_time_s"]), _band(p),
                   f"{p['step_time_s'] / base - 1:+.1%}", f"{p['tokens_per_s']:,.0f}", f"{p['mfu']:.1%}", used)
     return t
-

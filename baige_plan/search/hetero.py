@@ -629,8 +629,8 @@ def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySp
           time_limit_s: float | None = None, per_group_top: int = 2, recompute_pinned: bool = False,
           lim: Limits | None = None, progress: Callable[[str, int, int], None] | None = None,
           alternatives: int = 0) -> HeteroResult:
-    """Best heterogeneous plan within the caps and pins `lim`, and up to `alternatives` more (`_alternatives`). Tries recompute selective then full
-    unless pinned. `time_limit_s` (None: no limit, and the result is reproducible to the byte): templates
+    """Best heterogeneous plan within the caps and pins `lim`, and up to `alternatives` more (`_alternatives`).
+    Tries recompute selective then full unless pinned. `time_limit_s` (None: no limit, and the result is reproducible to the byte): templates
     are solved in label order; at the limit the remaining ones are skipped, and the status says FEASIBLE
     with how many were solved (the single-group searches get the same limit). `progress(stage, done, total)`,
     when given, is told how far the search is (after each group's search, each template solved, each plan
@@ -800,7 +800,6 @@ def _alternatives(model, cluster, job, best: Estimate, results: list, n: int, me
         seen.add(k)
         out.append(Alternative(lab, pn, en, _idle_reasons(model, cluster, job, pn, en, results, runtime)))
     return tuple(out)
-
 
 
 def _idle_reasons(model, cluster, job, p: PipelinesSpec, e: Estimate, results: list, runtime: str
