@@ -53,3 +53,17 @@ def test_backtest_json_shape():
               "predicted_peak_memory_gib"):
         assert k in row
     assert d["summary"]["rows"] == 25 and d["summary"]["median_abs_step_time_error"] <= 0.08
+
+
+def test_backtest_zero_measured_memory_is_bad_input(tmp_path):
+    # a measured memory of 0 GiB is no measurement: exit 2 naming the field (was a ZeroDivisionError, exit 70)
+    src = (ROOT / "benchmarks/real/runs_h100.yaml").read_text().replace("../../chips/", f"{ROOT}/chips/")
+    for key in ("reserved_memory_gib", "peak_memory_gib"):
+        lines = src.splitlines()
+        i = next(k for k, line in enumerate(lines) if line.strip().startswith(key + ":"))
+        lines[i] = lines[i].split(":")[0] + ": 0"
+        bad = tmp_path / f"{key}.yaml"
+        bad.write_text("\n".join(lines) + "\n")
+        r = runner.invoke(app, ["backtest", str(bad)])
+        assert r.exit_code == 2, r.output
+        assert f"results.{key}: must be > 0 GiB" in r.stderr and len(r.stderr.strip().splitlines()) == 1

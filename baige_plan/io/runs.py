@@ -738,6 +738,11 @@ def _case(row: dict, rid: str, md: dict, hw: dict, par: dict, notes: list[str], 
     if kind not in ("allocated", "reserved"):
         raise InputError(src, f"rows[{rid}].results.peak_memory_kind", f"must be allocated or reserved, got {kind!r}")
     reserved = _opt_number(res, "reserved_memory_gib", src, f"rows[{rid}].results")
+    # a measured device memory of 0 GiB is no measurement (the backtest divides by it)
+    for key, v in (("peak_memory_gib" if res.get("peak_memory_gib") is not None else "memory_gib", peak),
+                   ("reserved_memory_gib", reserved)):
+        if v is not None and v <= 0:
+            raise InputError(src, f"rows[{rid}].results.{key}", f"must be > 0 GiB, got {v!r}")
     excl = row.get("excluded")
     if excl is not None and (not isinstance(excl, str) or not excl.strip()):
         raise InputError(src, f"rows[{rid}].excluded", f"expected the reason as a non-empty string, got {excl!r}")
