@@ -67,3 +67,20 @@ def test_backtest_zero_measured_memory_is_bad_input(tmp_path):
         r = runner.invoke(app, ["backtest", str(bad)])
         assert r.exit_code == 2, r.output
         assert f"results.{key}: must be > 0 GiB" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_unwritable_stdout_is_one_line_exit_2():
+    # stdout on a full device: a one-line error naming it, exit 2 (was "internal error: OSError", exit 70)
+    import os
+    import subprocess
+    import sys
+
+    import pytest
+
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full on this platform")
+    with open("/dev/full", "w") as full:
+        p = subprocess.run([sys.executable, "-m", "baige_plan", "catalog", "chips"], stdout=full,
+                           stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.strip() == "baige-plan: standard output: No space left on device"

@@ -94,6 +94,11 @@ def main() -> None:
     except Exception as e:  # noqa: BLE001 - never show users a traceback
         if os.environ.get("BAIGE_PLAN_DEBUG"):
             raise
+        if isinstance(e, OSError) and e.errno is not None:
+            # the system refused a read or write (e.g. stdout on a full disk): the user's environment, not a bug
+            where = e.filename if e.filename is not None else "standard output"
+            print(f"baige-plan: {one_line(str(where))}: {one_line(e.strerror or str(e))}", file=sys.stderr)
+            sys.exit(2)
         print(f"baige-plan: internal error: {type(e).__name__}: {one_line(str(e))} "
               "(set BAIGE_PLAN_DEBUG=1 for a traceback)",
               file=sys.stderr)
