@@ -36,6 +36,11 @@ MAX_SPANNING_REPLICAS = 4   # replica counts tried per spanning (tp, order), few
 SPANNING_TP_PER_GROUP = 2   # tp values tried per group in spanning shapes (its best single-group plans' first)
 SPANNING_MICRO_BATCHES = (1, 2, 4)   # micro-batch sizes tried for spanning shapes (unless pinned)
 MAX_REVISIT_SPLITS = 3      # ways to split a revisited group's stages between its two segments
+# spanning pipelines over up to this many groups try every order of them (4! = 24) and every combination of
+# SPANNING_TP_PER_GROUP tps; beyond it the templates grow as n! x 2^n (5 groups: 23,530 templates and 11 s;
+# 6: minutes), so a longer pipeline tries every first and last group with the others between them by device
+# memory, largest first (`bounded_orders`), and the tp combinations of `tp_combos`
+EXHAUSTIVE_ORDER_GROUPS = 4
 
 
 @dataclass(frozen=True)
@@ -250,13 +255,46 @@ def group_plans(model: ModelSpec, g: GroupSpec, job: JobSpec, base: StrategySpec
     return out[:top]
 
 
-def segment_orders(counts: dict[str, int], names: list[str]) -> list[tuple[tuple[str, int], ...]]:
+def tp_combos(names: list[str], tp_pref: dict[str, list[int]]) -> list[tuple[int, ...]]:
+    """tp per group of a spanning pipeline: every combination of each group's first SPANNING_TP_PER_GROUP
+    preferences up to EXHAUSTIVE_ORDER_GROUPS groups; beyond, every group at its first, every group at its second,
+    and each group alone at its second (n + 2 instead of 2^n).
+
+    >>> tp_combos(["a", "b", "c", "d", "e"], {"a": [2, 1], "b": [2, 4], "c": [1], "d": [2, 1], "e": [2, 1]})
+    [(2, 2, 1, 2, 2), (1, 4, 1, 1, 1), (1, 2, 1, 2, 2), (2, 4, 1, 2, 2), (2, 2, 1, 1, 2), (2, 2, 1, 2, 1)]
+    """
+    if len(names) <= EXHAUSTIVE_ORDER_GROUPS:
+        return list(product(*[tp_pref[n][:SPANNING_TP_PER_GROUP] for n in names]))
+    first = tuple(tp_pref[n][0] for n in names)
+    second = tuple(tp_pref[n][min(1, len(tp_pref[n]) - 1)] for n in names)
+    return list(dict.fromkeys([first, second] + [first[:i] + (second[i],) + first[i + 1:]
+                                                 for i in range(len(names))]))
+
+
+def bounded_orders(names: list[str], memory_gib: dict[str, float]) -> list[tuple[str, ...]]:
+    """Orders of more than EXHAUSTIVE_ORDER_GROUPS groups: every (first, last) pair of distinct groups -- the
+    positions that hold the embedding and most in-flight micro-batches, and the logits -- with the other groups
+    between them by device memory, largest first (ties: name order). n (n - 1) orders instead of n!.
+
+    >>> bounded_orders(["a", "b", "c"], {"a": 40, "b": 80, "c": 80})
+    [('a', 'c', 'b'), ('a', 'b', 'c'), ('b', 'c', 'a'), ('b', 'a', 'c'), ('c', 'b', 'a'), ('c', 'a', 'b')]
+    """
+    by_mem = sorted(names, key=lambda n: (-memory_gib[n], names.index(n)))
+    return [(f,) + tuple(n for n in by_mem if n not in (f, last)) + (last,)
+            for f in names for last in names if last != f]
+
+
+def segment_orders(counts: dict[str, int], names: list[str],
+                   memory_gib: dict[str, float] | None = None) -> list[tuple[tuple[str, int], ...]]:
     """Orders of group segments for one spanning pipeline: every permutation of the groups (each one
-    segment holding all its stages), and every permutation whose first group reappears at the end
-    with its stages split k / n-k (k in 1, n//2, n-1: the embedding stage and the logits stage on
-    the same chip type, the others in between)."""
+    segment holding all its stages; more than EXHAUSTIVE_ORDER_GROUPS groups with `memory_gib`: the
+    `bounded_orders`), and every such order whose first group reappears at the end with its stages split
+    k / n-k (k in 1, n//2, n-1: the embedding stage and the logits stage on the same chip type, the others
+    in between)."""
     out: list[tuple[tuple[str, int], ...]] = []
-    for perm in permutations(names):
+    perms = bounded_orders(names, memory_gib) if memory_gib is not None and len(names) > EXHAUSTIVE_ORDER_GROUPS \
+        else permutations(names)
+    for perm in perms:
         out.append(tuple((g, counts[g]) for g in perm))
         if len(perm) < 2:
             continue
@@ -290,7 +328,9 @@ def spanning_templates(model: ModelSpec, job: JobSpec, groups: list[GroupSpec], 
         return temps
     names = [g.name for g in groups]
     bs = [b for b in SPANNING_MICRO_BATCHES if lim.mb_ok(b)] if lim.micro_batch is None else [lim.micro_batch]
-    for tps in product(*[tp_pref[n][:SPANNING_TP_PER_GROUP] for n in names]):
+    bounded = len(names) > EXHAUSTIVE_ORDER_GROUPS
+    mem = {g.name: g.chip.need("memory_gib") for g in groups} if bounded else None
+    for tps in tp_combos(names, tp_pref):
         tp = dict(zip(names, tps, strict=True))
         units = {g.name: g.devices // tp[g.name] for g in groups}
         # replicas r: every device used (r divides each group's stage slots), or, when the batch does not
@@ -306,7 +346,7 @@ def spanning_templates(model: ModelSpec, job: JobSpec, groups: list[GroupSpec], 
         rs.sort(key=lambda r: (-r, r not in exact_r))
         for r in rs[:MAX_SPANNING_REPLICAS]:
             counts = {n: units[n] // r for n in names}
-            for order in segment_orders(counts, names):
+            for order in segment_orders(counts, names, mem):
                 segs = tuple((g, tp[g], n) for g, n in order)
                 for b in bs:
                     if job.global_batch % (r * b):
