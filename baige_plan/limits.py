@@ -15,6 +15,10 @@ MAX_DEVICES_PER_NODE = 1 << 16  # 65,536 devices joined by one scale-up domain (
 MAX_GROUPS = 64                  # chip groups in one cluster
 MAX_GLOBAL_BATCH = 1 << 24       # 16,777,216 sequences per optimizer step
 MAX_SEQ_LEN = 1 << 24            # 16,777,216 tokens per sequence
+MIN_LINK_RATE = 1e-3             # a topology's link rates (GB/s or Gb/s per device, GB/s per node bridge): 1 MB/s
+MAX_LINK_RATE = 1e6              # to 1 PB/s (NVLink 5: 900 GB/s); 5e-324 divided to infinity, 1e308 overflowed
+MAX_LINK_LATENCY_US = 1e7        # a bridge's latency: 10 s at most (CPU-forwarding bridges: ~30 us)
+MIN_STEP_TIME_S = 1e-6           # a measured step time in a runs file: 1 us at least (1e-320 made errors +inf %)
 
 # -- model shapes ----------------------------------------------------------------------------------------
 MAX_LAYERS = 10_000              # transformer layers (largest published: ~200)

@@ -84,3 +84,33 @@ def test_unwritable_stdout_is_one_line_exit_2():
                            stderr=subprocess.PIPE, text=True, cwd=ROOT)
     assert p.returncode == 2, p.stderr
     assert p.stderr.strip() == "baige-plan: standard output: No space left on device"
+
+
+def test_topology_link_rates_and_latency_have_physical_ranges(tmp_path):
+    # 5e-324 Gb/s divided to infinity (internal error), 1.7e308 us overflowed: bad input, one line, exit 2
+    cases = {"scaleout_Gbps: 5.0e-324": "groups[0].scaleout_Gbps: must be a rate from 0.001 to 1e+06",
+             "scaleup_GBps: 2.0e+6": "groups[0].scaleup_GBps: must be a rate from 0.001 to 1e+06"}
+    for line, msg in cases.items():
+        t = tmp_path / "t.yaml"
+        t.write_text("schema: baige-plan/topology/v1\nname: t\ngroups:\n  - name: g\n    chip: h100-sxm5-80g\n"
+                     f"    nodes: 1\n    devices_per_node: 2\n    {line}\n")
+        r = runner.invoke(app, ["validate", str(t)])
+        assert r.exit_code == 2 and msg in r.stderr, r.output
+    t = tmp_path / "b.yaml"
+    t.write_text("schema: baige-plan/topology/v1\nname: b\ngroups:\n"
+                 "  - {name: a, chip: a100-sxm4-80g, nodes: 1, devices_per_node: 8}\n"
+                 "  - {name: n, chip: ascend-910b, nodes: 1, devices_per_node: 8}\n"
+                 "bridges:\n  - {groups: [a, n], kind: cpu-forwarding, GBps_per_node: 25, latency_us: 1.7e+308}\n")
+    r = runner.invoke(app, ["validate", str(t)])
+    assert r.exit_code == 2 and "bridges[0].latency_us: must be from 0 to 1e+07 us" in r.stderr, r.output
+
+
+def test_runs_step_time_below_a_microsecond_is_bad_input(tmp_path):
+    src = (ROOT / "benchmarks/real/runs_h100.yaml").read_text().replace("../../chips/", f"{ROOT}/chips/")
+    lines = src.splitlines()
+    i = next(k for k, line in enumerate(lines) if line.strip().startswith("step_time_s:"))
+    lines[i] = lines[i].split(":")[0] + ": 1.0e-320"
+    bad = tmp_path / "r.yaml"
+    bad.write_text("\n".join(lines) + "\n")
+    r = runner.invoke(app, ["backtest", str(bad)])
+    assert r.exit_code == 2 and "step_time_s: must be at least 1e-06 seconds" in r.stderr, r.output

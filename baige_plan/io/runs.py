@@ -22,7 +22,7 @@ from baige_plan.errors import InputError, SpecError
 from baige_plan.io.catalog import Catalog
 from baige_plan.io.run_amends import apply_amendments
 from baige_plan.io.yamlio import check_keys, is_regular_file, kind_of, read_document
-from baige_plan.limits import MAX_DEVICES, MAX_RUN_ROWS
+from baige_plan.limits import MAX_DEVICES, MAX_RUN_ROWS, MIN_STEP_TIME_S
 from baige_plan.specs import runtimes
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import MLASpec, ModelSpec, MoESpec
@@ -722,9 +722,9 @@ def _case(row: dict, rid: str, md: dict, hw: dict, par: dict, notes: list[str], 
         step = _opt_number(der, "step_time_s", src, f"rows[{rid}].derived")
         if step is not None:
             notes.append("step time derived from published TFLOP/s with the paper's FLOP formula")
-    if step is not None and step <= 0:
+    if step is not None and step < MIN_STEP_TIME_S:
         raise InputError(src, f"rows[{rid}].{'results' if res.get('step_time_s') is not None else 'derived'}"
-                         ".step_time_s", f"must be > 0 seconds, got {step!r}")
+                         ".step_time_s", f"must be at least {MIN_STEP_TIME_S:g} seconds, got {step!r}")
     mem = res.get("memory_gib")
     states = acts = peak = None
     if isinstance(mem, dict):

@@ -5,7 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from baige_plan.errors import SpecError, require
-from baige_plan.limits import MAX_DEVICES, MAX_DEVICES_PER_NODE, MAX_PRICE_USD
+from baige_plan.limits import (
+    MAX_DEVICES,
+    MAX_DEVICES_PER_NODE,
+    MAX_LINK_LATENCY_US,
+    MAX_LINK_RATE,
+    MAX_PRICE_USD,
+    MIN_LINK_RATE,
+)
 from baige_plan.specs.chip import ChipSpec
 from baige_plan.specs.link import LinkCurves
 from baige_plan.specs.profile import ProfileSpec
@@ -49,7 +56,9 @@ class GroupSpec:
                 f"{self.nodes:,} nodes x {self.devices_per_node:,} devices exceed the limit of {MAX_DEVICES:,} devices")
         for k in ("scaleup_GBps", "scaleout_Gbps"):
             v = getattr(self, k)
-            require(v is None or (isinstance(v, (int, float)) and v > 0), k, f"must be > 0, got {v!r}")
+            require(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)
+                                  and MIN_LINK_RATE <= v <= MAX_LINK_RATE), k,
+                    f"must be a rate from {MIN_LINK_RATE:g} to {MAX_LINK_RATE:g}, got {v!r}")
         require(self.nics_per_node is None or (isinstance(self.nics_per_node, int) and self.nics_per_node >= 1),
                 "nics_per_node", f"must be a positive integer, got {self.nics_per_node!r}")
         require(self.fp32_matmul in (None, "fp32", "tf32"), "fp32_matmul",
@@ -93,8 +102,10 @@ class BridgeSpec:
         require(len(self.groups) == 2 and self.groups[0] != self.groups[1], "groups",
                 f"must name two different groups, got {list(self.groups)}")
         require(self.kind in BRIDGE_KINDS, "kind", f"must be one of {', '.join(BRIDGE_KINDS)}, got {self.kind!r}")
-        require(self.GBps_per_node > 0, "GBps_per_node", f"must be > 0, got {self.GBps_per_node}")
-        require(self.latency_us >= 0, "latency_us", f"must be >= 0, got {self.latency_us}")
+        require(MIN_LINK_RATE <= self.GBps_per_node <= MAX_LINK_RATE, "GBps_per_node",
+                f"must be a rate from {MIN_LINK_RATE:g} to {MAX_LINK_RATE:g} GB/s, got {self.GBps_per_node}")
+        require(0 <= self.latency_us <= MAX_LINK_LATENCY_US, "latency_us",
+                f"must be from 0 to {MAX_LINK_LATENCY_US:g} us, got {self.latency_us}")
 
 
 @dataclass(frozen=True)
