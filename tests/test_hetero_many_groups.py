@@ -49,3 +49,20 @@ def test_six_groups_plan_completes():
                             "--format", "json"])
     assert r.exit_code == 0, r.output
     assert "6 chip groups: a pipeline spanning them was tried with every first and last group" in r.stderr
+
+
+def test_many_groups_each_first_or_last():
+    names = [f"g{i}" for i in range(13)]
+    mem = {n: 80 for n in names}
+    orders = bounded_orders(names, mem)
+    assert len(orders) == 2 * 13 - 1                                   # 13 firsts, 13 lasts, one order twice
+    assert {o[0] for o in orders} == set(names) and {o[-1] for o in orders} == set(names)
+    assert len(tp_combos(names, {n: [1, 2] for n in names})) == 2       # all first, all second
+
+
+def test_thirty_one_groups_plan_completes():
+    # 31 groups of 2 H100 hung in the template enumeration (2^31 group subsets; fuzz pass)
+    spec = "+".join(["h100-sxm5-80g:1x2"] * 31)
+    r = runner.invoke(app, ["plan", "opt-350m", spec, "--global-batch", "8", "--seq-len", "512", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    assert "31 chip groups: a pipeline spanning them was tried with each group first and each group last" in r.stderr

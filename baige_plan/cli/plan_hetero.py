@@ -122,12 +122,13 @@ def plan_hetero(cat, m: ModelSpec, cl: ClusterSpec, job: JobSpec, *, micro_batch
     how = "each by an exact layer sweep" if not r.cp_sat else f"{r.cp_sat} with CP-SAT, the others by an exact layer sweep"
     note(f"solved {r.templates} pipeline templates ({how}) in {r.seconds:.2f} s: {r.status}"
          + (f", gap {r.gap:.2%}" if r.gap else ""))
-    from baige_plan.search.hetero_templates import EXHAUSTIVE_ORDER_GROUPS
+    from baige_plan.search.hetero_templates import EXHAUSTIVE_ORDER_GROUPS, FEW_ORDER_GROUPS
     n_run = sum(1 for g in cl.groups if runs_on(g, job, runtime))
     if n_run > EXHAUSTIVE_ORDER_GROUPS:
-        note(f"{n_run} chip groups: a pipeline spanning them was tried with every first and last group, the others "
-             "between them by device memory (largest first), and each group at its first or second tp (every order "
-             f"and tp combination is tried up to {EXHAUSTIVE_ORDER_GROUPS} groups; search/hetero_templates.py)")
+        ends = "every first and last group" if n_run <= FEW_ORDER_GROUPS else "each group first and each group last"
+        note(f"{n_run} chip groups: a pipeline spanning them was tried with {ends}, the others between them by "
+             "device memory (largest first), and a bounded set of tp choices (every order and tp combination is "
+             f"tried up to {EXHAUSTIVE_ORDER_GROUPS} groups; search/hetero_templates.py)")
     bubble = r.estimate.breakdown_s.get("pp_bubble", 0.0) / r.estimate.step_time_s
     if bubble >= BUBBLE_NOTE and len(r.pipelines.devices_by_group()) > 1 and runtime != "flagscale":
         note(f"the pipeline bubble is {bubble:.0%} of the step; interleaving (vpp) would divide it, but {runtime} "

@@ -26,6 +26,7 @@ from baige_plan.cost.compute import ChipRates
 from baige_plan.cost.estimate import Estimate, StageCost, engine_precision, stage_cost
 from baige_plan.cost.hetero import _p2p_links, _stage_strategy, estimate_pipelines
 from baige_plan.errors import SpecError
+from baige_plan.specs import runtimes
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
 from baige_plan.specs.pipeline import PipelineShape, PipelinesSpec, ShapeKnobs, StageSpec
@@ -41,6 +42,9 @@ MAX_REVISIT_SPLITS = 3      # ways to split a revisited group's stages between i
 # 6: minutes), so a longer pipeline tries every first and last group with the others between them by device
 # memory, largest first (`bounded_orders`), and the tp combinations of `tp_combos`
 EXHAUSTIVE_ORDER_GROUPS = 4
+# beyond this many groups even n (n - 1) orders x (n + 2) tp combinations is too many (13 groups: minutes): each
+# group first or last with the others by device memory (2n - 1 orders), and every group at its first or its second tp
+FEW_ORDER_GROUPS = 8
 
 
 @dataclass(frozen=True)
@@ -267,19 +271,24 @@ def tp_combos(names: list[str], tp_pref: dict[str, list[int]]) -> list[tuple[int
         return list(product(*[tp_pref[n][:SPANNING_TP_PER_GROUP] for n in names]))
     first = tuple(tp_pref[n][0] for n in names)
     second = tuple(tp_pref[n][min(1, len(tp_pref[n]) - 1)] for n in names)
-    return list(dict.fromkeys([first, second] + [first[:i] + (second[i],) + first[i + 1:]
-                                                 for i in range(len(names))]))
+    alone = [first[:i] + (second[i],) + first[i + 1:] for i in range(len(names))] \
+        if len(names) <= FEW_ORDER_GROUPS else []
+    return list(dict.fromkeys([first, second] + alone))
 
 
 def bounded_orders(names: list[str], memory_gib: dict[str, float]) -> list[tuple[str, ...]]:
     """Orders of more than EXHAUSTIVE_ORDER_GROUPS groups: every (first, last) pair of distinct groups -- the
     positions that hold the embedding and most in-flight micro-batches, and the logits -- with the other groups
-    between them by device memory, largest first (ties: name order). n (n - 1) orders instead of n!.
+    between them by device memory, largest first (ties: name order). n (n - 1) orders instead of n!; beyond
+    FEW_ORDER_GROUPS groups each group first and each group last only (at most 2n - 1 orders).
 
     >>> bounded_orders(["a", "b", "c"], {"a": 40, "b": 80, "c": 80})
     [('a', 'c', 'b'), ('a', 'b', 'c'), ('b', 'c', 'a'), ('b', 'a', 'c'), ('c', 'b', 'a'), ('c', 'a', 'b')]
     """
     by_mem = sorted(names, key=lambda n: (-memory_gib[n], names.index(n)))
+    if len(names) > FEW_ORDER_GROUPS:     # each group first, then each last, the others by memory
+        return list(dict.fromkeys([(f,) + tuple(n for n in by_mem if n != f) for f in names]
+                                  + [tuple(n for n in by_mem if n != last) + (last,) for last in names]))
     return [(f,) + tuple(n for n in by_mem if n not in (f, last)) + (last,)
             for f in names for last in names if last != f]
 
@@ -383,8 +392,13 @@ def templates(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: Strate
         best[g.name] = [(tp, pp, dp, kn) for _, tp, pp, dp, kn in ranked]
     temps: list[Template] = []
     usable = [g for g in cluster.groups if best[g.name]]
-    # every non-empty subset of the usable groups (leaving a group out avoids its bridge traffic)
-    for size in range(1, len(usable) + 1):
+    # every non-empty subset of the usable groups (leaving a group out avoids its bridge traffic); a runtime that
+    # runs one pipeline (FlagScale) runs no several-shape template, and beyond EXHAUSTIVE_ORDER_GROUPS groups the
+    # 2^n subsets are cut to single groups and all of them
+    one_pipeline = bool(getattr(runtimes.module(base.runtime), "ONE_PIPELINE", False))
+    sizes = [1] if one_pipeline else list(range(1, len(usable) + 1)) if len(usable) <= EXHAUSTIVE_ORDER_GROUPS \
+        else sorted({1, len(usable)})
+    for size in sizes:
         for subset in combinations(usable, size):
             for combo in product(*[best[g.name] for g in subset]):
                 temps.append(Template(tuple((dp, ((g.name, tp, pp),), kn)
