@@ -65,6 +65,9 @@ def model_from_dict(d: Any, src: str, *, check_schema: bool = True) -> ModelSpec
             rope_scaling = RopeScalingSpec(**r)
         except SpecError as e:
             raise InputError(src, e.field, e.reason) from None
+    pb = d.get("params_b")      # the published size, for the reader (the model counts its own parameters)
+    if pb is not None and (isinstance(pb, bool) or not isinstance(pb, (int, float)) or not 0 < pb < 1e7):
+        raise InputError(src, "params_b", f"must be a positive number of billions (documentation), got {pb!r}")
     kw = {k: v for k, v in d.items() if k not in ("schema", "moe", "mla", "notes", "params_b", "rope_scaling")}
     if "source" in kw and not isinstance(kw["source"], str):
         raise InputError(src, "source", "must be a string (citation)")

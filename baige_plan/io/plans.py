@@ -349,6 +349,8 @@ def _check_pipelines_doc(pipes: Any, src: str) -> None:
                 raise InputError(src, f"{ws}.tp", f"expected an integer >= 1, got {kind_of(st['tp'])}")
             if st.get("index") is not None and not _is_int(st["index"]):
                 raise InputError(src, f"{ws}.index", f"expected an integer, got {kind_of(st['index'])}")
+            if st.get("index") is not None and st["index"] != j:     # the stage's position in its pipeline
+                raise InputError(src, f"{ws}.index", f"must be {j} (the stage's position), got {st['index']}")
             for k in ("time_per_micro_batch_s", "memory_gib"):
                 v = st.get(k)
                 if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):

@@ -676,6 +676,8 @@ def _case(row: dict, rid: str, md: dict, hw: dict, par: dict, notes: list[str], 
         if not par.get("execution"):
             notes.append(f"execution {execution} (framework {par.get('framework')!r})")
         sp = par.get("sequence_parallel")
+        if sp is not None and not isinstance(sp, bool):     # 'no' as a string was True
+            raise InputError(src, f"rows[{rid}].parallel.sequence_parallel", f"must be true, false or null, got {sp!r}")
         if sp is None and _megatron_recipe(par):
             # Megatron-Bridge recipes set sequence_parallel exactly when tensor_model_parallel_size > 1
             # (NVIDIA-NeMo/Megatron-Bridge@067f987d src/megatron/bridge/recipes/llama/h100/llama3.py)

@@ -17,6 +17,10 @@ from baige_plan.specs.link import LinkCurves
 # issue 19: a figure beyond these is a unit error (or 1e308), never a chip: about 1,000x the largest real one
 CEILINGS = {"peak_tflops": 1e7, "memory_gib": 1e6, "hbm_GBps": 1e7, "scaleup_GBps": 1e7, "scaleup_p2p_GBps": 1e7,
             "nic_Gbps": 1e7, "pcie_GBps": 1e6, "host_link_GBps": 1e6, "scaleup_latency_us": 1e7, "nic_latency_us": 1e7}
+# least rates and sizes a chip file may state (1 GFLOP/s, 1 MiB, 1 MB/s): a 1e-300 TFLOP/s peak overflowed the
+# search's arithmetic into numpy warnings (fuzz pass); latencies only need to be > 0
+FLOORS = {"peak_tflops": 1e-3, "memory_gib": 1e-3, "hbm_GBps": 1e-3, "scaleup_GBps": 1e-3, "scaleup_p2p_GBps": 1e-3,
+          "nic_Gbps": 1e-3, "pcie_GBps": 1e-3, "host_link_GBps": 1e-3}
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 SCALEUP_KINDS = ("switch", "mesh", "pcie", "torus")
@@ -104,13 +108,14 @@ class ChipSpec:
         require(bool(self.family), "family", "must be a non-empty string")
         for k, v in self.peak_tflops.items():
             require(k in DTYPES, f"peak_tflops.{k}", f"unknown dtype (known: {', '.join(DTYPES)})")
-            require(v is None or 0 < v <= CEILINGS["peak_tflops"], f"peak_tflops.{k}",
-                    f"must be > 0 and at most {CEILINGS['peak_tflops']:g} or null, got {v}")
+            require(v is None or FLOORS["peak_tflops"] <= v <= CEILINGS["peak_tflops"], f"peak_tflops.{k}",
+                    f"must be from {FLOORS['peak_tflops']:g} to {CEILINGS['peak_tflops']:g} or null, got {v}")
         for name in ("memory_gib", "hbm_GBps", "scaleup_GBps", "scaleup_p2p_GBps", "nic_Gbps", "pcie_GBps",
                      "host_link_GBps", "scaleup_latency_us", "nic_latency_us"):
             v = getattr(self, name)
-            require(v is None or 0 < v <= CEILINGS[name], name,
-                    f"must be > 0 and at most {CEILINGS[name]:g} or null, got {v}")
+            lo = FLOORS.get(name)
+            require(v is None or ((v >= lo) if lo else v > 0) and v <= CEILINGS[name], name,
+                    f"must be {f'from {lo:g} to' if lo else '> 0 and at most'} {CEILINGS[name]:g} or null, got {v}")
         v = self.price_usd_per_device_hour
         require(v is None or (math.isfinite(v) and 0 <= v <= MAX_PRICE_USD), "price.usd_per_device_hour",
                 f"must be a number from 0 to {MAX_PRICE_USD:,.0f} or null, got {v}")
