@@ -114,3 +114,23 @@ def test_runs_step_time_below_a_microsecond_is_bad_input(tmp_path):
     bad.write_text("\n".join(lines) + "\n")
     r = runner.invoke(app, ["backtest", str(bad)])
     assert r.exit_code == 2 and "step_time_s: must be at least 1e-06 seconds" in r.stderr, r.output
+
+
+def test_reader_closing_stdout_ends_quietly_by_sigpipe():
+    # `baige-plan ... | head`: killed by SIGPIPE like Unix tools (141 in the shell), no message; it was exit 1,
+    # which the contract reserves for "no feasible plan" (fuzz pass)
+    import signal
+    import subprocess
+    import sys
+
+    import pytest
+
+    if not hasattr(signal, "SIGPIPE"):
+        pytest.skip("no SIGPIPE on this platform")
+    p = subprocess.Popen([sys.executable, "-m", "baige_plan", "-q", "plan", "opt-350m", "h100-sxm5-80g:1x2",
+                          "--global-batch", "8", "--seq-len", "512", "--top", "50", "--format", "json"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    p.stdout.read(1)
+    p.stdout.close()          # the reader goes away before the 143 KB of JSON (over a 64 KiB pipe) are written
+    err = p.stderr.read()
+    assert p.wait() == -signal.SIGPIPE and err == b""

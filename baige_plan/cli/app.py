@@ -81,8 +81,14 @@ def command_in(argv: list[str]) -> str | None:
 
 
 def main() -> None:
+    import signal
+
     from baige_plan.errors import InputError, SpecError
     from baige_plan.safe_text import one_line
+    if hasattr(signal, "SIGPIPE"):
+        # a reader that closes stdout early (`| head`): end as Unix tools do, killed by SIGPIPE (status 141 in the
+        # shell), not exit 1, which means "no feasible plan" (rich and click both turned EPIPE into exit 1)
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     cmd = command_in(sys.argv[1:])
     try:
         build_app((cmd,) if cmd else None)(standalone_mode=True)
