@@ -58,3 +58,10 @@ def test_plan_stage_index_must_be_its_position(tmp_path):
     out.write_text(yaml.safe_dump(doc, sort_keys=False))
     code, err = _validate(out)
     assert code == 2 and "pipelines[0].stages[1].index: must be 1 (the stage's position), got 9" in err
+
+
+def test_whatif_pool_count_message_says_the_range():
+    for bad in ("h100-sxm5-80g:-4", "h100-sxm5-80g:99999999999", "h100-sxm5-80g:four"):
+        r = runner.invoke(app, ["whatif", "llama3-8b", "--pool", bad, "--global-batch", "64", "--seq-len", "2048",
+                                "--tokens", "1e11", "--deadline", "100"])
+        assert r.exit_code == 2 and "MAX_DEVICES must be a whole number from 1 to 65,536" in r.stderr, r.output

@@ -162,7 +162,8 @@ def parse_pool(raw: list[str], resolve_chip) -> list[PoolEntry]:
                 raise ValueError(parts[1])
             n = int(parts[1])
         except ValueError:
-            raise InputError("--pool", item, f"MAX_DEVICES {parts[1]!r} is not an integer") from None
+            raise InputError("--pool", item, f"MAX_DEVICES must be a whole number from 1 to 65,536, got {parts[1]!r}"
+                             ) from None
         if not 1 <= n <= 65536:
             raise InputError("--pool", item, f"MAX_DEVICES must be from 1 to 65,536, got {n}")
         chip = resolve_chip(ref, "--pool", item)
