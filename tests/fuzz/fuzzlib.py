@@ -640,7 +640,8 @@ BADNUM_FIELDS = {
     "hf": [("num_hidden_layers",), ("hidden_size",), ("num_attention_heads",), ("vocab_size",),
            ("intermediate_size",)],
 }
-BADNUM_VALUES = [0, -1, -8, math.nan, math.inf, -math.inf, 1e308, 10 ** 30, 10 ** 8 + 0.5]
+# 1e-320: a positive subnormal that passed "> 0" checks and divided to infinity (2026-11-27 fuzz pass)
+BADNUM_VALUES = [0, -1, -8, math.nan, math.inf, -math.inf, 1e308, 10 ** 30, 10 ** 8 + 0.5, 1e-320]
 
 
 def badnum_case(cid: str, rng: random.Random, bases, fixtures) -> Case:
@@ -651,7 +652,7 @@ def badnum_case(cid: str, rng: random.Random, bases, fixtures) -> Case:
     paths = [p for p in BADNUM_FIELDS[fam] if _has(doc, p)]
     path = rng.choice(paths)
     v = rng.choice(BADNUM_VALUES)
-    if fam == "chip" and path[0] == "price" and v in (10 ** 8 + 0.5, 0):     # a price of 0 is valid (owned)
+    if fam == "chip" and path[0] == "price" and v in (10 ** 8 + 0.5, 0, 1e-320):   # a price of 0 is valid (owned)
         v = 1e308
     if fam == "topology" and path[-1] == "devices_per_node" and v == 10 ** 8 + 0.5:
         v = 10 ** 8
