@@ -507,17 +507,26 @@ def _group_work(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, runtime: s
     for v in variants:
         calls += [(g, v, per_group_top) for g in cluster.groups if runs_on(g, job)]        # templates' group_plans
     calls += [(g, b, 1) for g in cluster.groups if runs_on(g, job, runtime) for b in _standalone_bases(lim)]
-    # each distinct call once (by what it depends on)
-    calls = list({standalone_key(g, b, memory_frac, lim, keep): (g, b, keep) for g, b, keep in calls}.values())
+    # each distinct call once (by what it depends on); standalone_best(keep=k) is the first k entries of a larger
+    # keep's list (its docstring), so only the largest keep of each (group, base) is computed
+    wanted = list({standalone_key(g, b, memory_frac, lim, keep): (g, b, keep) for g, b, keep in calls}.values())
+    largest: dict[tuple, tuple[GroupSpec, StrategySpec, int]] = {}
+    for g, b, keep in wanted:
+        k = standalone_key(g, b, memory_frac, lim, None)
+        if k not in largest or keep > largest[k][2]:
+            largest[k] = (g, b, keep)
+    runs = list(largest.values())
     thunks: list[Callable[[], object]] = [
         partial(_search_group, model, g, job, memory_frac, per_group_top, time_limit_s, lim, runtime)
         for g in cluster.groups]
     thunks += [partial(_or_none, standalone_best, model, g, job, b, memory_frac, lim=lim, keep=keep)
-               for g, b, keep in calls]
+               for g, b, keep in runs]
     values = in_parallel(thunks)
     searched = {g.name: values[i] for i, g in enumerate(cluster.groups)}
-    known = {standalone_key(g, b, memory_frac, lim, keep): val
-             for (g, b, keep), val in zip(calls, values[len(cluster.groups):], strict=True) if val is not None}
+    got = {standalone_key(g, b, memory_frac, lim, None): val
+           for (g, b, _keep), val in zip(runs, values[len(cluster.groups):], strict=True)}
+    known = {standalone_key(g, b, memory_frac, lim, keep): got[standalone_key(g, b, memory_frac, lim, None)][:keep]
+             for g, b, keep in wanted if got[standalone_key(g, b, memory_frac, lim, None)] is not None}
     return searched, known
 
 
