@@ -164,9 +164,9 @@ def chip_from_doc(doc: Any, src: str) -> ChipSpec:
     cap = _sourced(mem, "capacity_GB", src, "memory", cites)
     if cap is not None and not 0 < cap <= 1e6:      # informational beside usable_gib, but never a negative size
         raise InputError(src, "memory.capacity_GB.value", f"must be > 0 and at most 1e6 GB or null, got {cap:g}")
-    usable = mem.get("usable_gib", {}).get("value") if isinstance(mem.get("usable_gib"), dict) else None
+    usable = _sourced(mem, "usable_gib", src, "memory", cites)
     # vendors' HBM "GB" are GiB at most (A100 80GB: 81,920 MiB), so usable GiB never exceed the capacity's number
-    if cap is not None and isinstance(usable, (int, float)) and not isinstance(usable, bool) and usable > cap:
+    if cap is not None and usable is not None and usable > cap:
         raise InputError(src, "memory.usable_gib.value", f"{usable:g} GiB exceeds memory.capacity_GB {cap:g}: a "
                          "device cannot use more memory than it has")
     su = check_keys(top["scaleup"], src, "scaleup", {"kind", "GBps_per_dir", "devices_per_node"},
@@ -192,7 +192,7 @@ def chip_from_doc(doc: Any, src: str) -> ChipSpec:
         return ChipSpec(
             id=top["id"], name=top["name"], vendor=top["vendor"], family=top["family"],
             peak_tflops=peaks,
-            memory_gib=_sourced(mem, "usable_gib", src, "memory", cites),
+            memory_gib=usable,
             hbm_GBps=_sourced(mem, "hbm_GBps", src, "memory", cites),
             scaleup_GBps=su_bw,
             scaleup_p2p_GBps=p2p if p2p is not None else su_bw,

@@ -509,24 +509,23 @@ def _group_work(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, runtime: s
     calls += [(g, b, 1) for g in cluster.groups if runs_on(g, job, runtime) for b in _standalone_bases(lim)]
     # each distinct call once (by what it depends on); standalone_best(keep=k) is the first k entries of a larger
     # keep's list (its docstring), so only the largest keep of each (group, base) is computed
-    wanted = list({standalone_key(g, b, memory_frac, lim, keep): (g, b, keep) for g, b, keep in calls}.values())
-    largest: dict[tuple, tuple[GroupSpec, StrategySpec, int]] = {}
-    for g, b, keep in wanted:
+    runs: dict[tuple, tuple[GroupSpec, StrategySpec, int]] = {}     # key without keep -> the call at the largest
+    keeps: dict[tuple, set[int]] = {}
+    for g, b, keep in calls:
         k = standalone_key(g, b, memory_frac, lim, None)
-        if k not in largest or keep > largest[k][2]:
-            largest[k] = (g, b, keep)
-    runs = list(largest.values())
+        keeps.setdefault(k, set()).add(keep)
+        if k not in runs or keep > runs[k][2]:
+            runs[k] = (g, b, keep)
     thunks: list[Callable[[], object]] = [
         partial(_search_group, model, g, job, memory_frac, per_group_top, time_limit_s, lim, runtime)
         for g in cluster.groups]
     thunks += [partial(_or_none, standalone_best, model, g, job, b, memory_frac, lim=lim, keep=keep)
-               for g, b, keep in runs]
+               for g, b, keep in runs.values()]
     values = in_parallel(thunks)
     searched = {g.name: values[i] for i, g in enumerate(cluster.groups)}
-    got = {standalone_key(g, b, memory_frac, lim, None): val
-           for (g, b, _keep), val in zip(runs, values[len(cluster.groups):], strict=True)}
-    known = {standalone_key(g, b, memory_frac, lim, keep): got[standalone_key(g, b, memory_frac, lim, None)][:keep]
-             for g, b, keep in wanted if got[standalone_key(g, b, memory_frac, lim, None)] is not None}
+    known = {standalone_key(g, b, memory_frac, lim, keep): val[:keep]
+             for (k, (g, b, _)), val in zip(runs.items(), values[len(cluster.groups):], strict=True)
+             if val is not None for keep in keeps[k]}
     return searched, known
 
 

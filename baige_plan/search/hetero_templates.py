@@ -301,9 +301,8 @@ def segment_orders(counts: dict[str, int], names: list[str],
     k / n-k (k in 1, n//2, n-1: the embedding stage and the logits stage on the same chip type, the others
     in between)."""
     out: list[tuple[tuple[str, int], ...]] = []
-    perms = bounded_orders(names, memory_gib) if memory_gib is not None and len(names) > EXHAUSTIVE_ORDER_GROUPS \
-        else permutations(names)
-    for perm in perms:
+    bounded = memory_gib is not None and len(names) > EXHAUSTIVE_ORDER_GROUPS
+    for perm in bounded_orders(names, memory_gib) if bounded else permutations(names):
         out.append(tuple((g, counts[g]) for g in perm))
         if len(perm) < 2:
             continue
@@ -337,8 +336,7 @@ def spanning_templates(model: ModelSpec, job: JobSpec, groups: list[GroupSpec], 
         return temps
     names = [g.name for g in groups]
     bs = [b for b in SPANNING_MICRO_BATCHES if lim.mb_ok(b)] if lim.micro_batch is None else [lim.micro_batch]
-    bounded = len(names) > EXHAUSTIVE_ORDER_GROUPS
-    mem = {g.name: g.chip.need("memory_gib") for g in groups} if bounded else None
+    mem = {g.name: g.chip.need("memory_gib") for g in groups}     # segment_orders bounds long orders with it
     for tps in tp_combos(names, tp_pref):
         tp = dict(zip(names, tps, strict=True))
         units = {g.name: g.devices // tp[g.name] for g in groups}
