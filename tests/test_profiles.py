@@ -329,3 +329,19 @@ def test_topology_files_may_name_a_profile(tmp_path):
         {"name": "gpu", "chip": "a100-sxm4-80g", "nodes": 1, "devices_per_node": 8, "profile": "opt.yaml"}]}))
     with pytest.raises(InputError, match="groups\\[0\\].profile"):
         CAT.cluster(str(topo))
+
+
+@pytest.mark.parametrize("args,said", [
+    (["--analytical", "--precision", "int4"], "must be bf16, fp16, fp32, tf32 or fp8, got 'int4'"),
+    (["--precision", "fp8"], "fp8: only with --analytical"),
+])
+def test_profile_model_precision_is_checked_before_any_work(tmp_path, args, said):
+    """`profile --model --precision` names the precisions it takes (a chip's missing int4 peak is not the reason)
+    and writes nothing; the analytical profile also takes fp8 (the cost model costs it), the measuring one not."""
+    out = tmp_path / "p.yaml"
+    r = _run(["profile", "--model", "llama3-8b", "--chip", "h100-sxm5-80g", "--out", out, *args], code=2)
+    assert said in r.stderr and r.stderr.count("\n") == 1
+    assert not out.exists()
+    _run(["profile", "--model", "llama3-8b", "--chip", "h100-sxm5-80g", "--analytical", "--precision", "fp8",
+          "--tp", "1", "--micro-batch", "1", "--recompute", "none", "--out", out])
+    assert load_profile(out).precision == "fp8"

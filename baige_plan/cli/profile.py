@@ -43,7 +43,8 @@ def profile(
                               "micro-batch, embedding, logits, optimizer), for plan/evaluate --profile "
                               "[default: a chip file]."),
     seq_len: int = typer.Option(None, "--seq-len", help="With --model: sequence length [default: the model's]."),
-    precision: str = typer.Option("bf16", "--precision", callback=no_dash, help="With --model: bf16, fp16 or fp32 (TF32 matmuls)."),
+    precision: str = typer.Option("bf16", "--precision", callback=no_dash, help="With --model: bf16, fp16, fp32 (IEEE fp32 matmuls) or tf32 (fp32 storage, TF32 matmuls); "
+                            "with --analytical also fp8."),
     tp: str = typer.Option("1,2", "--tp", callback=tp_list, help="With --model: tensor-parallel sizes, emulated on one GPU by "
                            "dividing heads and ffn (TP communication stays in the cost model)."),
     micro_batch: str = typer.Option("1,2", "--micro-batch", callback=micro_batch_list, help="With --model: micro-batch sizes."),
@@ -107,6 +108,13 @@ def _profile_model(model: str, out: Path | None, seq_len: int | None, precision:
     from baige_plan.errors import InputError, SpecError
     from baige_plan.io.outfile import check_target
 
+    measured = ("bf16", "fp16", "fp32", "tf32")
+    allowed = measured + (("fp8",) if analytical else ())
+    if precision not in allowed:
+        typer.echo(f"baige-plan: --precision: must be {', '.join(allowed[:-1])} or {allowed[-1]}"
+                   f"{' (fp8: only with --analytical, the profiler measures no fp8 layers)' if precision == 'fp8' else ''}"
+                   f", got {precision!r}", err=True)
+        raise typer.Exit(2)
     argv = ["--model", model, "--precision", precision, "--tp", tp, "--micro-batch", micro_batch,
             "--recompute", recompute, "--reps", str(reps)]
     for flag, v in (("--out", out), ("--seq-len", seq_len), ("--chip", chip), ("--name", name)):
