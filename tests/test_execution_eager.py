@@ -23,7 +23,7 @@ def test_eager_minus_fused_time_is_the_measured_extra_traffic():
     from baige_plan.cost.compute import layer_memory_bytes
     from baige_plan.cost.params import layer_params_split
 
-    L, h, V, b, s = 4, 1024, 32000, 2, 2048
+    L, h, V, b, s = 4, 1024, 32000, 8, 2048     # device-bound: the host (4 x 290 ops) stays under it
     m = ModelSpec("g", L, h, 16, 4 * h, V, activation="gelu", tie_embeddings=True)
     cl, _ = Catalog.create().cluster("h100-sxm5-80g:1x1")
     job = JobSpec(b, s, "bf16")

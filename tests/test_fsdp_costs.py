@@ -19,15 +19,15 @@ def test_fsdp2_host_by_hand():
     # the measured constants (benchmarks/real/fsdp_host_traces.py over the six H100 traces)
     assert FSDP2_HOST.unit_s == pytest.approx(2.97e-3)
     assert FSDP2_HOST.optimizer_unit_s == pytest.approx(15.2e-3 / 25, rel=0.01)
-    # 24 blocks at dp 4, one micro-batch: 24 x 290 eager ops at 4.75 us = 33.06 ms, plus 25 fully_shard
+    # 24 blocks at dp 4, one micro-batch: 24 x 290 eager ops at 6.47 us = 45.03 ms, plus 25 fully_shard
     # units (24 blocks + root) x (2.97 ms of hooks + 0.61 ms of the DTensor AdamW step) = 89.50 ms
-    assert 24 * 290 * 4.75e-6 == pytest.approx(0.03306)
-    assert eager_host_s(24, 0, 0, False, 4, 3, 1) == pytest.approx(0.03306 + 0.0895)
+    assert 24 * 290 * 6.47e-6 == pytest.approx(0.0450312)
+    assert eager_host_s(24, 0, 0, False, 4, 3, 1) == pytest.approx(0.0450312 + 0.0895)
     # 4 micro-batches: the hooks run every micro-batch, the optimizer once a step (a quarter per micro-batch)
-    assert eager_host_s(24, 0, 0, False, 4, 3, 1, micro_batches=4) == pytest.approx(0.03306 + 25 * (2.97e-3 + 0.61e-3 / 4))
-    # DDP keeps its counted hook ops: 24 x (290 + 36) x 4.75 us = 37.16 ms
-    assert eager_host_s(24, 0, 0, False, 4, 0, 1) == pytest.approx(24 * 326 * EAGER_HOST.us_per_op * 1e-6)
-    assert eager_host_s(24, 0, 0, False, 4, 0, 1) == pytest.approx(0.037164)
+    assert eager_host_s(24, 0, 0, False, 4, 3, 1, micro_batches=4) == pytest.approx(0.0450312 + 25 * (2.97e-3 + 0.61e-3 / 4))
+    # DDP keeps its counted hook ops: 24 x (290 + 36) x 6.47 us = 50.62 ms
+    assert eager_host_s(24, 0, 0, False, 4, 0, 1) == pytest.approx(24 * 326 * EAGER_HOST.dense_us_per_op * 1e-6)
+    assert eager_host_s(24, 0, 0, False, 4, 0, 1) == pytest.approx(0.05062128)
 
 
 def _harness(zero: int):

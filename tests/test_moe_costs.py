@@ -161,27 +161,33 @@ def test_ddp_all_reduces_replicated_expert_grads():
 
 
 def test_eager_host_ops_of_moe_layers():
-    us = EAGER_HOST.us_per_op * 1e-6
+    # dense ops at 6.47 us, the MoE layers' added ops at 4.13 us (EagerHost docstring)
+    d, m = 6.47e-6, 4.13e-6
+    assert (EAGER_HOST.dense_us_per_op, EAGER_HOST.moe_us_per_op) == (6.47, 4.13)
+    # the two rates reproduce the host-bound MoE step they come from: 24 x 290 dense + 24 x 792 MoE ops
+    # (single GPU, 8 local experts: 120 + 84 x 8) issued in 0.12359 s (runs_h200.yaml h200_moe350m8e_single_mb2_noac)
+    assert eager_host_s(24, 24, 8, False, 1, 0, 1) == pytest.approx(24 * 290 * d + 24 * 792 * m)
+    assert 24 * 290 * d + 24 * 792 * m == pytest.approx(0.12359, rel=2e-3)
     # DDP, ep 1: 24 x (290 + 36) dense ops + 24 x (120 + 84 x 8 + 3 x (1 - 4 + 4 x 8)) MoE ops + 120
-    ops = 24 * (290 + 36) + 24 * (120 + 84 * 8 + 3 * (1 - 4 + 32)) + 120
-    assert ops == 29040                                   # measured 28,969 (runs_h200.yaml)
-    assert eager_host_s(24, 24, 8, False, 2, 0, 1, ep=1, expert_ddp=True) + 120 * us == pytest.approx(ops * us)
+    moe = 120 + 84 * 8 + 3 * (1 - 4 + 32)
+    assert 24 * (290 + 36) + 24 * moe + 120 == 29040        # measured 28,969 (runs_h200.yaml)
+    assert eager_host_s(24, 24, 8, False, 2, 0, 1, ep=1, expert_ddp=True) == pytest.approx(
+        24 * (290 + 36) * d + 24 * moe * m)
     # DDP, ep 2: experts not in DDP (3 x (1 - 4) hook ops), 4 local experts, 67 all-to-all ops
-    ops = 24 * (290 + 36) + 24 * (120 + 84 * 4 + 67 - 9) + 120
-    assert ops == 20280                                   # measured 20,281
-    assert eager_host_s(24, 24, 4, False, 2, 0, 1, ep=2, expert_ddp=False) + 120 * us == pytest.approx(ops * us)
+    moe = 120 + 84 * 4 + 67 - 9
+    assert 24 * (290 + 36) + 24 * moe + 120 == 20280        # measured 20,281
+    assert eager_host_s(24, 24, 4, False, 2, 0, 1, ep=2, expert_ddp=False) == pytest.approx(
+        24 * (290 + 36) * d + 24 * moe * m)
     # full recomputation re-runs the MoE forward: 133/290 of its ops, as for a dense layer
     moe = (120 + 84 * 4 + 67) * (1 + 133 / 290) - 9
-    ops = 24 * (290 + 133 + 36) + 24 * moe + 120          # 29,229 (measured 28,585)
-    assert eager_host_s(24, 24, 4, True, 2, 0, 1, ep=2) + 120 * us == pytest.approx(ops * us)
-    # single GPU (no DDP, no EP): unchanged from the dense fit + 120 + 84 per local expert
-    assert eager_host_s(24, 24, 8, False, 1, 0, 1) + 120 * us == pytest.approx((24 * 290 + 24 * 792 + 120) * us)
+    assert round(24 * (290 + 133 + 36) + 24 * moe + 120) == 29229     # measured 28,585
+    assert eager_host_s(24, 24, 4, True, 2, 0, 1, ep=2) == pytest.approx(24 * (290 + 133 + 36) * d + 24 * moe * m)
 
 
 def test_eager_ddp_without_ep_costs_more_host_time_than_with_ep():
     # the replicated experts' DDP hooks and 8 (not 4) local experts: ep 1 issues ~8.8 k more ops
     e1, *_ = _harness_estimate(dp=2, ep=1, mb=2)
-    assert e1.step_time_s > (24 * (290 + 36) + 24 * (792 + 87) + 120) * EAGER_HOST.us_per_op * 1e-6
+    assert e1.step_time_s > (24 * (290 + 36) * EAGER_HOST.dense_us_per_op + 24 * (792 + 87) * EAGER_HOST.moe_us_per_op) * 1e-6
 
 
 def test_fine_grained_moe_without_ep_is_slower_per_token_on_fused_megatron():

@@ -96,11 +96,25 @@ class EagerHost:
     """Host (CPU) dispatch of eager PyTorch, counted in aten ops per micro-batch (fwd + bwd) from the
     harness traces (`cpu_ops_per_step`): 290 per transformer layer (125M/350M/1.3B and per PP stage
     alike), +133 per layer recomputed, +36 per layer of DDP hooks, +179 of FSDP2 hooks (counted only:
-    FSDP2's host time is its measured hook time, `Fsdp2Host`, not ops x 4.75 us), +18 of TP
-    collectives (counted only: TP's host time is its measured per-call time, `tp_collective_s`); an MoE
-    layer with a looped expert dispatcher adds 120 + 84 per local expert; ~120 per step outside the layers. 4.75 us per op: the host-bound MoE steps (26,005 ops, 0.1236 s); measured
-    per layer on one H200 host (benchmarks/real/host_launch_h200.raw.json `eager`, 6- minus 2-layer host-bound
-    steps) a dense block's 285 ops cost 5.2 us each and an MoE block's 1,068 ops 5.0 us: one rate for both kinds.
+    FSDP2's host time is its measured hook time, `Fsdp2Host`, not counted ops), +18 of TP collectives (counted
+    only: TP's host time is its measured per-call time, `tp_collective_s`); an MoE layer with a looped expert
+    dispatcher adds 120 + 84 per local expert; ~120 per step outside the layers.
+
+    Seconds per op, one process on its host (host_contention scales it for several):
+    - dense_us_per_op, the ops of the layers' dense part (norms, attention, MLP, their casts and autograd): 6.47 us,
+      the median over the four machines (leases) on which a single-process dense step was measured with its host
+      time not bounded by the device (`host_step_s` / `cpu_ops_per_step` of steps under the 1,021-launch queue, or
+      the 6- minus 2-layer difference): 4.64 (host_launch_h200.raw.json `eager`, dense at 64 and 4,096 tokens),
+      5.75 (runs_h100.yaml gpt-125m mb 8), 7.18 (runs_h200.yaml gpt-125m mb 8), 9.67 (runs_h100_checkpoint_host.yaml:
+      the median of its h768 6- and 12-layer and gpt-125m mb 4 steps, 7.27 / 10.03 / 9.67). Hosts differ, so host-bound
+      steps carry that spread. Check: x the 4-rank contention (1.39) it is 8.97 us, where the slowest of 4 ranks ran
+      9.3 us (runs_h200x4_mb.yaml gpt-1.3b TP4 mb 1: 83.7 ms host less 96 TP calls, 7,480 ops) and at most 9.2 us
+      (runs_h200x4_dp_pp.yaml DDP4: 382.7 ms for 38,590 ops, an upper bound: that step is device-bound).
+    - moe_us_per_op, the ops an MoE layer adds (router, permutation, per-expert loop, all-to-alls): 4.13 us, what
+      is left of the host-bound MoE step runs_h200.yaml h200_moe350m8e_single_mb2_noac (0.12359 s for 26,005
+      ops, 6,082 launches) after its 24 x 290 dense ops at 6.47 us, over its 24 x 792 MoE ops. One rate of 4.75 us
+      for both kinds (that step's mean) had every dense host-bound step of the harness 10-65 % too fast
+      (docs/VALIDATION.md "Dense eager ops at their own rate").
     Expert-parallel all-to-alls with data-dependent split sizes synchronise host and device at every
     MoE layer, so their host and device time add instead of overlapping.
 
@@ -114,7 +128,8 @@ class EagerHost:
     MoE forward, 133/290 of the layer's ops as for a dense layer. Checked against the traces' op counts:
     DDP ep 1 29,040 vs 28,969 measured, ep 2 20,281 (by construction), ep 2 recompute 29,233 vs 28,585."""
 
-    us_per_op: float = 4.75
+    dense_us_per_op: float = 6.47
+    moe_us_per_op: float = 4.13
     ops_per_layer: float = 290.0
     recompute_ops_per_layer: float = 133.0
     ddp_ops_per_layer: float = 36.0
@@ -256,8 +271,9 @@ def eager_host_s(n_layers: int, n_moe: int, local_experts: float, recompute_full
         # forward and backward; an MoE layer's attention half; full recomputation repeats the forward's
         calls = (4 * (n_layers - n_moe) + 2 * n_moe) * (1.5 if recompute_full else 1.0)
         tp_s = calls * (h.tp_collective_s + h.tp_passthrough_s)
-    ops = n_layers * per_layer + n_moe * eager_moe_layer_ops(local_experts, recompute_full, ddp, ep, expert_ddp)
-    return ops * h.us_per_op * 1e-6 * host_contention(ranks_per_host) + fsdp + tp_s
+    dense_s = n_layers * per_layer * h.dense_us_per_op * 1e-6
+    moe_s = n_moe * eager_moe_layer_ops(local_experts, recompute_full, ddp, ep, expert_ddp) * h.moe_us_per_op * 1e-6
+    return (dense_s + moe_s) * host_contention(ranks_per_host) + fsdp + tp_s
 
 
 def eager_moe_layer_ops(local_experts: float, recompute_full: bool, ddp: bool, ep: int, expert_ddp: bool) -> float:
