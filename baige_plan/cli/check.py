@@ -90,13 +90,13 @@ def _estimate_now(doc: dict, e, src: str) -> dict:
     """PLAN re-estimated as written, as the estimate JSON (SPEC §3) with its step-time band when the band
     table reads (the object a plan file's `estimate` holds)."""
     from baige_plan.errors import InputError
-    from baige_plan.io.bands import band_for
+    from baige_plan.io.bands import estimate_band
     from baige_plan.io.plans import plan_inputs
     from baige_plan.io.serialize import estimate_dict
 
     try:
         model, _, job = plan_inputs(doc, src)
-        band = band_for(e.step_time_s, model, job, e.strategy)
+        band = estimate_band(e, model, job)
     except (InputError, OSError):
         band = None
     return estimate_dict(e, band)

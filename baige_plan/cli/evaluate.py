@@ -30,7 +30,7 @@ from baige_plan.cli.values import plan_file
 from baige_plan.cost.classes import primary_class
 from baige_plan.cost.estimate import estimate
 from baige_plan.errors import InputError, SpecError
-from baige_plan.io.bands import band_for, load_bands
+from baige_plan.io.bands import estimate_band, load_bands
 from baige_plan.io.catalog import Catalog
 from baige_plan.io.serialize import estimate_dict, to_json, to_yaml
 from baige_plan.present.render import estimate_tables, print_tables
@@ -172,7 +172,7 @@ def evaluate(
     finally:
         prog.close()
     bands = load_bands()
-    band = band_for(e.step_time_s, m, job, e.strategy, bands)
+    band = estimate_band(e, m, job, bands)
     if fmt is Fmt.table:
         print_tables(estimate_tables(e, f"{m.name} on {cl.name}  (global batch {job.global_batch}, seq {job.seq_len}, "
                                         f"{job.precision})", band, bands.band_of(primary_class(m, job, e.strategy))[0]))

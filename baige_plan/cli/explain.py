@@ -95,9 +95,9 @@ def explain(plan: Path = typer.Argument(..., metavar="PLAN", help="A plan file w
 
 def _band(e, model, job):
     """The estimate's step_time_band_s, or None when the band table cannot be read."""
-    from baige_plan.io.bands import band_for
+    from baige_plan.io.bands import estimate_band
     try:
-        return band_for(e.step_time_s, model, job, e.strategy)
+        return estimate_band(e, model, job)
     except (InputError, OSError):
         return None
 

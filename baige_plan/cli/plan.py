@@ -332,12 +332,12 @@ def _search_distinct(need: int, run):
 
 def _bands_or_none(plans, m, job: JobSpec):
     """Each plan's step_time_band_s, or None when the band table cannot be read (then there are no ties)."""
-    from baige_plan.io.bands import band_for, load_bands
+    from baige_plan.io.bands import estimate_band, load_bands
     try:
         load_bands()
     except (InputError, OSError):
         return None
-    return [band_for(e.step_time_s, m, job, e.strategy) for e in plans]
+    return [estimate_band(e, m, job) for e in plans]
 
 
 def _present(rows, plans, m, job: JobSpec, cluster, runtime: str, frac: float, attention: str):
@@ -360,7 +360,7 @@ def _present(rows, plans, m, job: JobSpec, cluster, runtime: str, frac: float, a
 def _mark(doc: dict, ranked, published, m, job: JobSpec) -> None:
     """Add the shown order's marks to `plan`'s plans document: per plan `tie` (and `tie_group`), `equivalent`
     knobs; `ordering` (the rule) and `published_recipe` (null when none is near)."""
-    from baige_plan.io.bands import band_for
+    from baige_plan.io.bands import estimate_band
     from baige_plan.io.recipes import published_doc
     from baige_plan.io.serialize import estimate_dict, strategy_dict
     from baige_plan.search.ranking import ORDER_RULE
@@ -376,7 +376,7 @@ def _mark(doc: dict, ranked, published, m, job: JobSpec) -> None:
     if published is not None:
         e = published.estimate
         try:
-            band = band_for(e.step_time_s, m, job, e.strategy)
+            band = estimate_band(e, m, job)
         except (InputError, OSError):
             band = None
         pub = published_doc(published, strategy_dict(published.strategy, job.global_batch), estimate_dict(e, band))

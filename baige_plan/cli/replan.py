@@ -146,10 +146,10 @@ def replan(
 
 def _estimate(e, model, job) -> dict:
     """The estimate JSON (SPEC §3) of `e`, with its step-time band when the band table reads."""
-    from baige_plan.io.bands import band_for
+    from baige_plan.io.bands import estimate_band
     from baige_plan.io.serialize import estimate_dict
     try:
-        band = band_for(e.step_time_s, model, job, e.strategy)
+        band = estimate_band(e, model, job)
     except (InputError, OSError):
         band = None
     return estimate_dict(e, band)

@@ -4,7 +4,8 @@
 The band of an estimate is its step time times the 10th and 90th percentiles of measured / predicted
 step time over the validation corpus' leave-one-source-out residuals (reports/loso.py) of the estimate's
 mechanism class (cost/classes.py primary_class): the out-of-sample error of estimates that lean on the
-same mechanisms. A class with fewer than `min_rows` residuals uses the corpus-wide quantiles ("all").
+same mechanisms. A class with fewer than `min_rows` residuals uses the corpus-wide quantiles ("all"). An eager step its
+host sets also spans the measured machines' host speeds (`host_range_s`; io/bands.py estimate_band).
 The table is data (baige_plan/data/bands.yaml, written by `make corpus-tables`; io/bands.py loads it).
 """
 
@@ -57,8 +58,14 @@ class StepTimeBands:
 
 
 def step_time_band_s(step_time_s: float, model: ModelSpec, job: JobSpec, strategy: StrategySpec,
-                     bands: StepTimeBands) -> tuple[float, float]:
+                     bands: StepTimeBands, host_range_s: tuple[float, float] | None = None) -> tuple[float, float]:
     """(low, high) seconds: step_time_s x (q10, q90) of the strategy's primary mechanism class
-    (or of "all" when that class has too few residuals)."""
+    (or of "all" when that class has too few residuals). `host_range_s`: the step on the fastest and the slowest
+    host measured (Estimate.host_scaled_step_s; eager steps set by their host), which widens the band to
+    min(step, fast) x q10 .. max(step, slow) x q90: the corpus residuals are of production steps, which no host
+    sets, and the machine's host speed is not an input."""
     _, b = bands.band_of(primary_class(model, job, strategy))
-    return step_time_s * b.q10, step_time_s * b.q90
+    lo = hi = step_time_s
+    if host_range_s is not None:
+        lo, hi = min(lo, host_range_s[0]), max(hi, host_range_s[1])
+    return lo * b.q10, hi * b.q90

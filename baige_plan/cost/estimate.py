@@ -132,10 +132,25 @@ class StageCost:
     # its unreclaimable part, + the memory outside the allocator (outside_gib: CUDA context, NCCL buffers)
     slack_gib: float = 0.0
     outside_gib: float = 0.0
+    # eager PyTorch (execution "eager"): the host's dispatch time per micro-batch, the device time it was compared
+    # with (a micro-batch takes the longer), or, with `host_serial`, added to (EP all-to-alls with data-dependent
+    # splits serialise host and device); 0 for fused runtimes
+    host_s: float = 0.0
+    host_vs_s: float = 0.0
+    host_serial: bool = False
 
     @property
     def time_s(self) -> float:
         return self.fwd_s + self.bwd_s
+
+    def host_delta_s(self, k: float) -> float:
+        """How much longer (or shorter) a micro-batch of this stage takes on a host k times as slow per op as the
+        modelled one (EagerHost.host_fast_factor / host_slow_factor: the measured machines' range)."""
+        if not self.host_s:
+            return 0.0
+        if self.host_serial:
+            return (k - 1.0) * self.host_s
+        return max(self.host_vs_s, k * self.host_s) - max(self.host_vs_s, self.host_s)
 
     @property
     def memory_gib(self) -> float:
@@ -183,6 +198,20 @@ class Estimate:
     def memory_limit_gib(self) -> float:
         """Device memory the plan may use: capacity x --max-memory-frac."""
         return self.capacity_gib * self.memory_frac
+
+    def host_scaled_step_s(self, k: float) -> float:
+        """The step time on a host k times as slow per eager op as the modelled one: each stage's micro-batch
+        time moved by StageCost.host_delta_s, the pipeline recombined as `estimate` does (m x the slowest stage +
+        the others' fill / vpp). The step itself for fused runtimes and heterogeneous plans (no eager host)."""
+        if self.shapes or not any(st.host_s for st in self.stages):
+            return self.step_time_s
+
+        def pipe(ts: list[float]) -> float:
+            t = max(ts)
+            return self.micro_batches * t + (sum(ts) - t) / self.strategy.vpp
+
+        ts = [st.time_s for st in self.stages]
+        return self.step_time_s - pipe(ts) + pipe([st.time_s + st.host_delta_s(k) for st in self.stages])
 
     @property
     def reserved_peak_gib(self) -> float:
@@ -689,6 +718,8 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
 
     fwd = bwd = rec = 0.0
     comp = tp_t = cp_t = ep_t = 0.0
+    host = host_vs = 0.0
+    host_serial = False
     hw_flops = 0.0
     dense_p = expert_p = 0.0
     act = 0.0
@@ -761,7 +792,9 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
             # PyTorch's ring attention: DTensor dispatch and the ring's Python per layer (cost/cp.py TORCH_RING_HOST_S,
             # forward + backward); full recomputation issues the forward's share again (25 of its ~63 ops)
             host += n_layers * TORCH_RING_HOST_S * (1.0 + TORCH_RING_HOST_FWD_SHARE * (s.recompute == "full"))
-        if n_moe and s.ep > 1:
+        host_serial = bool(n_moe and s.ep > 1)
+        host_vs = fwd + bwd
+        if host_serial:
             bwd += host
         else:
             bwd += max(0.0, host - (fwd + bwd))
@@ -956,7 +989,8 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
                      activations_gib=activations / GIB, other_gib=other / GIB,
                      dense_params=dense_p, expert_params=expert_p, hw_flops=hw_flops,
                      optimizer_s_per_param=opt_rate, sources=sources,
-                     slack_gib=slack_bytes(mem, allocated, full_rc) / GIB, outside_gib=outside_gib(mem, groups))
+                     slack_gib=slack_bytes(mem, allocated, full_rc) / GIB, outside_gib=outside_gib(mem, groups),
+                     host_s=host, host_vs_s=host_vs, host_serial=host_serial)
 
 
 # What an overlapped data-parallel collective (the gradient reduction under the backward, the distributed optimizer's

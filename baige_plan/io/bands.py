@@ -22,6 +22,8 @@ from typing import Any
 
 from baige_plan.cost.bands import ALL, MIN_ROWS, ClassBand, StepTimeBands, step_time_band_s
 from baige_plan.cost.classes import CLASSES
+from baige_plan.cost.estimate import Estimate
+from baige_plan.cost.execution import EAGER_HOST
 from baige_plan.errors import InputError, SpecError
 from baige_plan.io.serialize import Flow
 from baige_plan.io.yamlio import check_keys, kind_of, read_document
@@ -81,9 +83,19 @@ def load_bands(path: str | None = None) -> StepTimeBands:
 
 
 def band_for(step_time_s: float, model: ModelSpec, job: JobSpec, strategy: StrategySpec,
-             bands: StepTimeBands | None = None) -> tuple[float, float]:
+             bands: StepTimeBands | None = None, host_range_s: tuple[float, float] | None = None
+             ) -> tuple[float, float]:
     """step_time_band_s of an estimate with the shipped table (or `bands`)."""
-    return step_time_band_s(step_time_s, model, job, strategy, bands if bands is not None else load_bands())
+    return step_time_band_s(step_time_s, model, job, strategy, bands if bands is not None else load_bands(),
+                            host_range_s)
+
+
+def estimate_band(e: Estimate, model: ModelSpec, job: JobSpec, bands: StepTimeBands | None = None
+                  ) -> tuple[float, float]:
+    """band_for of an estimate, widened for an eager step its host sets: the step on the fastest and the slowest
+    host measured (cost/execution.py EagerHost.host_fast_factor / host_slow_factor)."""
+    rng = (e.host_scaled_step_s(EAGER_HOST.host_fast_factor), e.host_scaled_step_s(EAGER_HOST.host_slow_factor))
+    return band_for(e.step_time_s, model, job, e.strategy, bands, rng)
 
 
 def bands_doc(classes: dict[str, dict], files: list[dict], commit: str, min_rows: int = MIN_ROWS) -> dict:

@@ -28,7 +28,7 @@ import yaml
 from baige_plan import __version__
 from baige_plan.cost.estimate import Estimate, estimate
 from baige_plan.errors import InputError, SpecError
-from baige_plan.io.bands import band_for
+from baige_plan.io.bands import estimate_band
 from baige_plan.io.models import model_from_dict, model_to_dict
 from baige_plan.io.plan_doc import (
     PLAN_SCHEMA,
@@ -100,7 +100,7 @@ def plan_doc(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, e: Estimate, 
                    "sha256": {"model": _sha(mdoc), "cluster": _sha(cdoc), "job": _sha(jdoc)}},
         "strategy": Flow(strategy_dict(s, e.global_batch)),
         "pipelines": pipelines_doc(e, g.name),
-        "estimate": estimate_dict(e, band_for(e.step_time_s, model, job, s)),
+        "estimate": estimate_dict(e, estimate_band(e, model, job)),
         "placement": place,
         "search": search_doc(result, file=True, runners_up=runners_up, max_memory_frac=max_memory_frac),
     }
@@ -112,7 +112,7 @@ def plans_doc(result, group: str, max_memory_frac: float, model: ModelSpec | Non
     model and job, every estimate carries its step_time_band_s."""
     plans = []
     for e in result.plans:
-        band = band_for(e.step_time_s, model, job, e.strategy) if model is not None and job is not None else None
+        band = estimate_band(e, model, job) if model is not None and job is not None else None
         d = estimate_dict(e, band)
         d["pipelines"] = pipelines_doc(e, group)
         plans.append(d)
@@ -504,6 +504,6 @@ def evaluate_plan_file(path: str | Path) -> tuple[dict, bool]:
         from baige_plan.search.hetero import standalone_throughputs
         frac = float((doc.get("search") or {}).get("max_memory_frac", 1.0))
         return hetero_estimate_dict(e, pspec, standalone_throughputs(model, cluster, job, frac),
-                                    band=band_for(e.step_time_s, model, job, e.strategy),
+                                    band=estimate_band(e, model, job),
                                     matmul=matmul_precisions(pspec, cluster, job)), e.fits
-    return estimate_dict(e, band_for(e.step_time_s, model, job, e.strategy)), e.fits
+    return estimate_dict(e, estimate_band(e, model, job)), e.fits
