@@ -130,12 +130,12 @@ class EagerHost:
 
     dense_us_per_op: float = 6.47
     moe_us_per_op: float = 4.13
-    # the measured machines' range around those rates, for the step-time band of host-bound plans (io/bands.py
-    # estimate_band): the fastest single-process host, 4.64 / 6.47 us (host_launch_h200.raw.json); the slowest host of
-    # 4 ranks, 14.0 us on its slowest rank against the 6.47 x 1.39 = 8.97 modelled (runs_h200x4_unseen.yaml gpt-760m
-    # DDP4 mb 2: 110.9 ms for 7,945 ops; docs/VALIDATION.md "Thirteen 4-GPU configurations")
-    host_fast_factor: float = 4.64 / 6.47
-    host_slow_factor: float = 14.0 / 8.97
+    # the measured machines' extremes, for the step-time band of host-bound plans (io/bands.py estimate_band): the
+    # fastest single-process host (host_launch_h200.raw.json, dense), the slowest rank of the slowest 4-rank host
+    # (runs_h200x4_unseen.yaml gpt-760m DDP4 mb 2: 110.9 ms for 7,945 ops; docs/VALIDATION.md "Thirteen 4-GPU
+    # configurations")
+    fastest_host_us_per_op: float = 4.64
+    slowest_4_rank_host_us_per_op: float = 13.96
     ops_per_layer: float = 290.0
     recompute_ops_per_layer: float = 133.0
     ddp_ops_per_layer: float = 36.0
@@ -167,6 +167,17 @@ class EagerHost:
     router_param_tensors: float = 1.0    # bias-free router
     expert_param_tensors: float = 4.0    # fc1/fc2 weight + bias per expert
     ep_ops_per_moe_layer: float = 67.0
+
+
+    @property
+    def host_fast_factor(self) -> float:
+        """The fastest host measured over the modelled one, per op (one process)."""
+        return self.fastest_host_us_per_op / self.dense_us_per_op
+
+    @property
+    def host_slow_factor(self) -> float:
+        """The slowest host measured over the modelled one, per op, both at 4 ranks on a host."""
+        return self.slowest_4_rank_host_us_per_op / (self.dense_us_per_op * self.slowest_of_4_ranks)
 
 
 @dataclass(frozen=True)
