@@ -205,13 +205,9 @@ class Estimate:
         the others' fill / vpp). The step itself for fused runtimes and heterogeneous plans (no eager host)."""
         if self.shapes or not any(st.host_s for st in self.stages):
             return self.step_time_s
-
-        def pipe(ts: list[float]) -> float:
-            t = max(ts)
-            return self.micro_batches * t + (sum(ts) - t) / self.strategy.vpp
-
-        ts = [st.time_s for st in self.stages]
-        return self.step_time_s - pipe(ts) + pipe([st.time_s + st.host_delta_s(k) for st in self.stages])
+        m, v = self.micro_batches, self.strategy.vpp
+        return (self.step_time_s - pipeline_s([st.time_s for st in self.stages], m, v)
+                + pipeline_s([st.time_s + st.host_delta_s(k) for st in self.stages], m, v))
 
     @property
     def reserved_peak_gib(self) -> float:
@@ -794,10 +790,7 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
             host += n_layers * TORCH_RING_HOST_S * (1.0 + TORCH_RING_HOST_FWD_SHARE * (s.recompute == "full"))
         host_serial = bool(n_moe and s.ep > 1)
         host_vs = fwd + bwd
-        if host_serial:
-            bwd += host
-        else:
-            bwd += max(0.0, host - (fwd + bwd))
+        bwd += host if host_serial else max(0.0, host - host_vs)
 
     last = index == s.pp - 1
     extra_act = 0.0
@@ -1168,7 +1161,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, s: StrategySp
     times = [st.time_s for st in stages]
     t_max = max(times)
     crit = stages[times.index(t_max)]
-    pipe = m * t_max + (sum(times) - t_max) / s.vpp
+    pipe = pipeline_s(times, m, s.vpp)
     bubble = pipe - m * t_max
 
     dp_total = dp_exposed = 0.0
@@ -1219,6 +1212,13 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, s: StrategySp
                     peak_memory_gib=peak_mem, capacity_gib=capacity, breakdown_s=breakdown, memory_gib=memory,
                     stages=tuple(stages), micro_batches=m, devices=devices, bottleneck=bottleneck,
                     memory_frac=memory_frac)
+
+
+def pipeline_s(stage_times_s: list[float], m: int, vpp: int) -> float:
+    """A homogeneous pipeline's time for m micro-batches: m x the slowest stage's micro-batch, plus the other
+    stages' fill and drain, divided by the model chunks per stage (interleaved 1F1B)."""
+    t_max = max(stage_times_s)
+    return m * t_max + (sum(stage_times_s) - t_max) / vpp
 
 
 def optimizer_rate(st: StageCost, r: ChipRates) -> float:

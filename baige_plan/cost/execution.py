@@ -168,7 +168,6 @@ class EagerHost:
     expert_param_tensors: float = 4.0    # fc1/fc2 weight + bias per expert
     ep_ops_per_moe_layer: float = 67.0
 
-
     @property
     def host_fast_factor(self) -> float:
         """The fastest host measured over the modelled one, per op (one process)."""

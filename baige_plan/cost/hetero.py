@@ -32,6 +32,7 @@ from baige_plan.cost.estimate import (
     dp_traffic,
     engine_precision,
     optimizer_rate,
+    pipeline_s,
     stage_cost,
 )
 from baige_plan.cost.flops import megatron_model_flops
@@ -119,7 +120,7 @@ def estimate_pipelines(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: 
             costs.append(c)
             strategies[id(sh)].append(s)
         times = [c.time_s for c in costs]
-        pipe = sh.micro_batches * max(times) + (sum(times) - max(times)) / p.knob(sh, "vpp")
+        pipe = pipeline_s(times, sh.micro_batches, p.knob(sh, "vpp"))
         shapes.append((sh, tuple(costs), pipe))
 
     bridge_traffic: dict[tuple[str, str, str], float] = {}
