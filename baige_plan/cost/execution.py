@@ -234,7 +234,14 @@ class LaunchHost:
     grace_host_factor: host code on a Grace CPU (GB200/GH200) over an H100 DGX's Xeon: torch Linear CPU time 37.08
       / 13.48 us (TransformerEngine issue #2053);
     queue_depth: kernel launches the host may run ahead of the device before a launch blocks (1,021 on H200, both
-      for add_ and mm; `queue`)."""
+      for add_ and mm; `queue`);
+    moe_plumbing_over_eager: a kernel of Megatron-core's MoE router (TopKRouter: aux loss, forced balance) and
+      alltoall token dispatcher (preprocess, permutation, all-to-alls, combine) costs this many plain eager kernels
+      of host: Megatron-core 0.19.2's MoELayer with its experts stubbed, 1 and 2 processes on a 2x H200 x86 host,
+      ep 1 / 2, 512 / 4,096 tokens (host-bound: both sizes take the same), its host seconds per launched kernel over
+      the same process's plain autograd chain (43.6 vs 16.0 us alone): median 2.51 of ten rank x layout points
+      (2.22-3.05; benchmarks/real/megatron_moe_host.py -> megatron_moe_host_h200_x{1,2}.raw.json) -- Megatron's own
+      Python around each kernel (config checks, aux-loss tracking, autograd Functions)."""
 
     eager_kernel_s: float = 17.5e-6
     gemm_s: float = 16.8e-6
@@ -243,11 +250,17 @@ class LaunchHost:
     collective_s: float = 136e-6
     grace_host_factor: float = 2.75
     queue_depth: int = 1021
+    moe_plumbing_over_eager: float = 2.5
 
     @property
     def te_module_s(self) -> float:
         """One Transformer Engine module call (its Python and its kernels' launches)."""
         return self.te_module_over_torch * self.gemm_s
+
+    @property
+    def moe_plumbing_kernel_s(self) -> float:
+        """One kernel of Megatron-core's MoE router or alltoall dispatcher (its Python around the launch)."""
+        return self.moe_plumbing_over_eager * self.eager_kernel_s
 
 
 EAGER = EagerTraffic()

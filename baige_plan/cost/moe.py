@@ -316,10 +316,12 @@ class Launches:
     gemms: float = 0.0          # cuBLAS GEMMs issued from TE's per-expert C++ loop
     small: float = 0.0          # quantisation kernels issued from C++ (with their allocations)
     collectives: float = 0.0    # NCCL collectives through c10d
+    plumbing: float = 0.0       # kernels of Megatron-core's router / alltoall dispatcher, issued from its Python
 
     def host_s(self, h: LaunchHost = LAUNCH_HOST) -> float:
         return (self.te_modules * h.te_module_s + self.eager * h.eager_kernel_s + self.gemms * h.gemm_s
-                + self.small * h.small_kernel_s + self.collectives * h.collective_s)
+                + self.small * h.small_kernel_s + self.collectives * h.collective_s
+                + self.plumbing * h.moe_plumbing_kernel_s)
 
 
 @dataclass(frozen=True)
@@ -355,14 +357,22 @@ def moe_layer_launches(model: ModelSpec, s: StrategySpec, recipe: str = "") -> M
     # routing map and probs, switch load-balancing aux loss, its tracker and MoEAuxLossAutoScaler) 18 forward,
     # 10 backward; preprocess: count sums/slices 8 kernels, the all-gather of the counts over tp x ep, 4 device->host
     # copies of the splits on the side stream
-    router_f = Launches(eager=18)
-    router_b = Launches(eager=10)
-    pre_f = Launches(eager=8, small=4, collectives=comm)
+    # the router's and the alltoall dispatcher's kernels cost Megatron's own Python around them (measured:
+    # LaunchHost.moe_plumbing_over_eager); the flex / allgather dispatchers' Python was not measured, so their
+    # preprocess and dispatch keep the plain eager rate (the router is the same TopKRouter whatever the dispatcher)
+    alltoall = (getattr(s, "moe_dispatcher", "") or MOE_DISPATCHER) == "alltoall"
+
+    def megatron(n: float, **kw) -> Launches:
+        return Launches(plumbing=n, **kw) if alltoall else Launches(eager=n, **kw)
+
+    router_f = Launches(plumbing=18)
+    router_b = Launches(plumbing=10)
+    pre_f = megatron(8, small=4, collectives=comm)
     # dispatch + combine (fused permute, sort_chunks_by_idxs of tokens and probs, their inverses, fused unpermute,
     # bias-dropout-add): 7 kernels a pass; all-to-alls of the tokens and the probs, and the combine (ep > 1)
     a2a = 3.0 if s.ep > 1 else 0.0
-    disp_f = Launches(eager=7, collectives=a2a)
-    disp_b = Launches(eager=7, collectives=a2a)
+    disp_f = megatron(7, collectives=a2a)
+    disp_b = megatron(7, collectives=a2a)
     # TEGroupedMLP: two GroupedLinear calls; weighted activation; fp8 padding/unpadding (Fp8Padding); per local
     # expert and linear one GEMM (forward) or two (dgrad, wgrad) and the input / output-gradient quantisation
     exp_f = Launches(te_modules=2, eager=1 + 2 * fp8, gemms=2 * local, small=2 * (q * local + per_linear_fused))
@@ -380,7 +390,8 @@ def moe_layer_launches(model: ModelSpec, s: StrategySpec, recipe: str = "") -> M
 
 
 def _sum(*ls: Launches) -> Launches:
-    return Launches(*(sum(getattr(x, f) for x in ls) for f in ("te_modules", "eager", "gemms", "small", "collectives")))
+    return Launches(*(sum(getattr(x, f) for x in ls)
+                      for f in ("te_modules", "eager", "gemms", "small", "collectives", "plumbing")))
 
 
 def host_factor(chip_id: str) -> float:
