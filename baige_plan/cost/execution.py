@@ -237,11 +237,12 @@ class LaunchHost:
       for add_ and mm; `queue`);
     moe_plumbing_over_eager: a kernel of Megatron-core's MoE router (TopKRouter: aux loss, forced balance) and
       alltoall token dispatcher (preprocess, permutation, all-to-alls, combine) costs this many plain eager kernels
-      of host: Megatron-core 0.19.2's MoELayer with its experts stubbed, 1 and 2 processes on a 2x H200 x86 host,
-      ep 1 / 2, 512 / 4,096 tokens (host-bound: both sizes take the same), its host seconds per launched kernel over
-      the same process's plain autograd chain (43.6 vs 16.0 us alone): median 2.51 of ten rank x layout points
-      (2.22-3.05; benchmarks/real/megatron_moe_host.py -> megatron_moe_host_h200_x{1,2}.raw.json) -- Megatron's own
-      Python around each kernel (config checks, aux-loss tracking, autograd Functions)."""
+      of host: Megatron-core 0.19.2's MoELayer with its experts stubbed, ep 1 / 2, 512 / 4,096 tokens, its host
+      seconds per launched kernel over the same process's plain autograd chain, on two x86 hosts: a 2x H200 one
+      (1 and 2 processes; 43.6 vs 16.0 us alone; ten points, median 2.51) and a 1x H100 one (two runs; its plain
+      chain 32-33 us; four points, median 2.0): 2.45 over the fourteen (1.70-3.05; benchmarks/real/
+      megatron_moe_host.py -> megatron_moe_host_*.raw.json) -- Megatron's own Python around each kernel (config
+      checks, aux-loss tracking, autograd Functions)."""
 
     eager_kernel_s: float = 17.5e-6
     gemm_s: float = 16.8e-6
@@ -250,7 +251,7 @@ class LaunchHost:
     collective_s: float = 136e-6
     grace_host_factor: float = 2.75
     queue_depth: int = 1021
-    moe_plumbing_over_eager: float = 2.5
+    moe_plumbing_over_eager: float = 2.4
 
     @property
     def te_module_s(self) -> float:
