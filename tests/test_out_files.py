@@ -176,3 +176,19 @@ def test_profile_out_fifo_is_refused(tmp_path):
     with pytest.raises(InputError, match="named pipe"):      # the profile module's own writer, too
         writer.write_atomic(fifo, "x\n")
     assert _leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("argv", [
+    ["plan", *SMALL, "--out", "{d}/x.yaml/"],
+    ["plan", *SMALL, "--out={d}/x.yaml/"],
+    ["backtest", str(DATA / "published_calibration.yaml"), "--plot", "{d}/p.svg/"],
+])
+def test_file_option_ending_in_a_separator_is_refused(tmp_path, argv):
+    """`--out x.yaml/` names a folder: refused (exit 2, one line naming the option and the value), nothing written
+    (pathlib drops the trailing '/', so the parsed value alone would have written x.yaml)."""
+    args = [a.format(d=tmp_path) for a in argv]
+    r = RUN.invoke(app, args)
+    assert r.exit_code == 2, (r.output, r.stderr)
+    line = r.stderr.strip()
+    assert "\n" not in line and "names a folder" in line and ("x.yaml/'" in line or "p.svg/'" in line)
+    assert list(tmp_path.iterdir()) == []

@@ -25,7 +25,7 @@ _NO_TORCH = "baige-plan profile needs PyTorch: pip install 'baige-plan[profile]'
 
 
 def profile(
-    out: Path = typer.Option(Path("chip-profiled.yaml"), "--out", callback=no_dash, help="Chip YAML to write; raw samples go to "
+    out: Path = typer.Option(Path("chip-profiled.yaml"), "--out", metavar="FILE", callback=no_dash, help="Chip YAML to write; raw samples go to "
                              "<out stem>.raw.json beside it."),
     devices: int = typer.Option(1, "--devices", min=1, help="Local GPUs; >1 also measures NCCL collectives "
                                 "(all-reduce, all-gather, reduce-scatter, all-to-all, send/recv)."),

@@ -275,9 +275,27 @@ class CheckedCommand(TyperCommand):
             raise
         if not ctx.resilient_parsing:
             check_params(ctx)
+            check_file_options(self.params, raw, ctx)
             cat = ctx.params.get("catalog")
             check_roots(list(cat) if isinstance(cat, (list, tuple)) else ([cat] if cat else []))
         return rest
+
+
+def check_file_options(params, raw: list[str], ctx) -> None:
+    """An option that names a file (metavar FILE) given a path ending in a separator names a folder: refused as
+    typed. The parsed value is a pathlib.Path, which drops the trailing '/' -- `--out x.yaml/` would write x.yaml."""
+    seps = tuple({"/", os.sep})
+    for p in params:
+        if getattr(p, "metavar", None) != "FILE" or getattr(p, "param_type_name", "") != "option":
+            continue
+        opts = [o for o in p.opts if o.startswith("-")]
+        for i, a in enumerate(raw):
+            v = raw[i + 1] if a in opts and i + 1 < len(raw) else \
+                next((a[len(o) + 1:] for o in opts if a.startswith(o + "=")), None)
+            if v is not None and v.endswith(seps):
+                shown = repr(v) if len(v) <= 60 else repr("..." + v[-57:])      # the end says why
+                raise _cx.BadParameter(f"names a folder (it ends with {v[-1]!r}), not a file, got {shown}",
+                                       ctx=ctx, param=p)
 
 
 def _shorten(v: str, n: int = 60) -> str:
