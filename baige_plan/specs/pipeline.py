@@ -3,16 +3,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from baige_plan.errors import SpecError, require
 from baige_plan.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_LAYERS
+from baige_plan.specs.frozen import hash_once
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
 from baige_plan.specs.strategy import ATTENTION, RECOMPUTE
 from baige_plan.specs.topology import ClusterSpec
 
 
+@hash_once
 @dataclass(frozen=True)
 class StageSpec:
     group: str
@@ -24,6 +26,7 @@ class StageSpec:
         return self.layers[1] - self.layers[0]
 
 
+@hash_once
 @dataclass(frozen=True)
 class ShapeKnobs:
     """Per-shape strategy settings; None = the plan-wide value (PipelinesSpec)."""
@@ -38,7 +41,11 @@ class ShapeKnobs:
     sequence_parallel: bool | None = None
 
     def items(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if v is not None}
+        # by field, in field order (the instance dict also holds hash_once's kept hash)
+        return {k: v for k in _KNOB_FIELDS if (v := getattr(self, k)) is not None}
+
+
+_KNOB_FIELDS = tuple(f.name for f in fields(ShapeKnobs))
 
 
 @dataclass(frozen=True)

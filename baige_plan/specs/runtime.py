@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from baige_plan.errors import require
+from baige_plan.specs.frozen import hash_once
 
 # Device memory figures every PyTorch-based runtime shares (MemorySemantics; cost/memory.py reads them).
 # Measured (docs/COST_MODEL.md "Memory model"):
@@ -124,6 +125,7 @@ SELECTIVE = ("core_attention", "op_sac")
 LOSSES = ("fused", "eager_fp32")
 
 
+@hash_once
 @dataclass(frozen=True)
 class MemorySemantics:
     """What a runtime allocates on a device (cost/memory.py reads it; docs/COST_MODEL.md "Memory model").
