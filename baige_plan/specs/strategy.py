@@ -117,23 +117,26 @@ class StrategySpec:
                                             # into the 16-bit logits: cost/estimate.py _logits_terms
 
     def __post_init__(self) -> None:
+        # hot: the search builds thousands of strategies, so each check below builds its message only when it fails
+        # (`if not ...: raise`, the same error `require` raises)
         for k in ("tp", "pp", "dp", "cp", "ep", "etp", "micro_batch", "vpp"):
             _pos(getattr(self, k), k)
-        require(self.zero in (0, 1, 2, 3), "zero", f"must be 0, 1, 2 or 3, got {self.zero!r}")
-        require(self.recompute in RECOMPUTE, "recompute",
-                f"must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
-        require(self.attention in ATTENTION, "attention",
-                f"must be one of {', '.join(ATTENTION)}, got {self.attention!r}")
-        require(self.execution in ("fused", "eager"), "execution",
-                f"must be fused or eager, got {self.execution!r}")
-        require(self.zero3_impl in ("fsdp", "deepspeed"), "zero3_impl",
-                f"must be fsdp or deepspeed, got {self.zero3_impl!r}")
+        if self.zero not in (0, 1, 2, 3):
+            raise SpecError("zero", f"must be 0, 1, 2 or 3, got {self.zero!r}")
+        if self.recompute not in RECOMPUTE:
+            raise SpecError("recompute", f"must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
+        if self.attention not in ATTENTION:
+            raise SpecError("attention", f"must be one of {', '.join(ATTENTION)}, got {self.attention!r}")
+        if self.execution not in ("fused", "eager"):
+            raise SpecError("execution", f"must be fused or eager, got {self.execution!r}")
+        if self.zero3_impl not in ("fsdp", "deepspeed"):
+            raise SpecError("zero3_impl", f"must be fsdp or deepspeed, got {self.zero3_impl!r}")
         if self.optimizer_bytes_per_param:     # 0 (the runtime's) is the common case: no message built (hot)
             ob = self.optimizer_bytes_per_param
             require(isinstance(ob, (int, float)) and not isinstance(ob, bool) and 0 < ob <= 64,
                     "optimizer_bytes_per_param", f"must be from 0 to 64, got {ob!r}")
-        require(self.attention_kernel in ("", "fa2", "cudnn", "fa3"), "attention_kernel",
-                f"must be fa2, cudnn or fa3, got {self.attention_kernel!r}")
+        if self.attention_kernel not in ("", "fa2", "cudnn", "fa3"):
+            raise SpecError("attention_kernel", f"must be fa2, cudnn or fa3, got {self.attention_kernel!r}")
         # the per-run release fields: their defaults (0, "") are the common case, so no message is built (hot: the
         # search constructs a strategy per candidate)
         if self.fsdp_shard:
@@ -159,14 +162,15 @@ class StrategySpec:
         if self.cp_comm:
             require(self.cp_comm in ("p2p", "allgather", "torch_ring"), "cp_comm",
                     f"must be p2p, allgather or torch_ring, got {self.cp_comm!r}")
-        require(self.fp8_recipe in ("", "delayed", "current", "mxfp8"), "fp8_recipe",
-                f"must be delayed, current or mxfp8, got {self.fp8_recipe!r}")
-        require(self.moe_dispatcher in ("", "alltoall", "allgather", "flex"), "moe_dispatcher",
-                f"must be alltoall, allgather or flex, got {self.moe_dispatcher!r}")
-        require(self.loss_kernel in ("", "flash_xent", "megatron_unfused", "te_xent"), "loss_kernel",
-                f"must be flash_xent, megatron_unfused or te_xent (or empty: the runtime's), got {self.loss_kernel!r}")
-        require(self.recompute_early_stop in ("", "on", "off"), "recompute_early_stop",
-                f"must be on or off, got {self.recompute_early_stop!r}")
+        if self.fp8_recipe not in ("", "delayed", "current", "mxfp8"):
+            raise SpecError("fp8_recipe", f"must be delayed, current or mxfp8, got {self.fp8_recipe!r}")
+        if self.moe_dispatcher not in ("", "alltoall", "allgather", "flex"):
+            raise SpecError("moe_dispatcher", f"must be alltoall, allgather or flex, got {self.moe_dispatcher!r}")
+        if self.loss_kernel not in ("", "flash_xent", "megatron_unfused", "te_xent"):
+            raise SpecError("loss_kernel", "must be flash_xent, megatron_unfused or te_xent (or empty: the runtime's), "
+                            f"got {self.loss_kernel!r}")
+        if self.recompute_early_stop not in ("", "on", "off"):
+            raise SpecError("recompute_early_stop", f"must be on or off, got {self.recompute_early_stop!r}")
         if self.moe_a2a_overlap:
             # megatron-core TransformerConfig.__post_init__ (overlap_moe_expert_parallel_comm)
             require(self.moe_a2a_overlap is True, "moe_a2a_overlap", f"must be true or false, got {self.moe_a2a_overlap!r}")
@@ -180,12 +184,14 @@ class StrategySpec:
         if self.tp == 1 and self.sequence_parallel:
             # SP shards along the TP group; with tp=1 it is a no-op, so store the canonical form.
             object.__setattr__(self, "sequence_parallel", False)
-        require(self.vpp == 1 or self.pp > 1, "vpp", f"vpp={self.vpp} needs pp > 1 (pp={self.pp})")
+        if not (self.vpp == 1 or self.pp > 1):
+            raise SpecError("vpp", f"vpp={self.vpp} needs pp > 1 (pp={self.pp})")
         for k in ("first_stage_layers", "last_stage_layers"):
             v = getattr(self, k)
             if v is not None:
                 _pos(v, k)
-                require(self.pp > 1, k, f"{k}={v} needs pp > 1 (pp={self.pp})")
+                if not self.pp > 1:
+                    raise SpecError(k, f"{k}={v} needs pp > 1 (pp={self.pp})")
         if self.recompute_modules:
             bad = [x for x in self.recompute_modules.split(",") if x not in RECOMPUTE_MODULES]
             require(not bad, "recompute_modules", f"must list {', '.join(RECOMPUTE_MODULES)}, got {bad!r}")
