@@ -553,16 +553,16 @@ class _StageContext:
     __slots__ = ("r", "rt", "links", "terms")
 
     def __init__(self, group: GroupSpec, precision: str, s: StrategySpec, calibration: Calibration | None,
-                 moe: bool) -> None:
+                 moe: bool, memo: dict | None = None) -> None:
         self.r = strategy_rates(group.chip, engine_precision(group, precision, s.runtime), s, calibration)
         self.rt = runtimes.get(s.runtime)
         dpn = group.devices_per_node
-        tp_link = C.group_link(group, s.tp, min(s.tp, dpn))
-        cp_link = C.group_link(group, s.cp, _placement_per_node(dpn, s.tp, s.cp))
+        tp_link = _group_link(memo, group, s.tp, min(s.tp, dpn))
+        cp_link = _group_link(memo, group, s.cp, _placement_per_node(dpn, s.tp, s.cp))
         ep_per_node = _placement_per_node(dpn, s.etp, s.ep)
-        ep_link = C.group_link(group, s.ep, ep_per_node)
+        ep_link = _group_link(memo, group, s.ep, ep_per_node)
         ep_split = ep_node_split(group, s.ep, ep_per_node) if moe else None
-        etp_link = C.group_link(group, s.etp, min(s.etp, dpn))
+        etp_link = _group_link(memo, group, s.etp, min(s.etp, dpn))
         self.links = (tp_link, cp_link, ep_link, etp_link, ep_split)
         self.terms: dict = {}
 
@@ -610,8 +610,46 @@ def _stage_context(group: GroupSpec, precision: str, s: StrategySpec, calibratio
     except TypeError:
         return _StageContext(group, precision, s, calibration, moe)
     if ctx is None:
-        ctx = memo[key] = _StageContext(group, precision, s, calibration, moe)
+        ctx = memo[key] = _StageContext(group, precision, s, calibration, moe, memo)
     return ctx
+
+
+# The links below are pure functions of the group and a few integers (cost/collectives.py), asked for again and again
+# by one search (every stage's p2p, every stage's data-parallel sync); with the caller's memo (one search's) each is
+# built once. Keyed by the group object's id, which the entry keeps alive (the group is in the value), so the id
+# cannot name another group while the entry exists; a hit is checked to be that group all the same.
+
+def _group_link(memo: dict | None, group: GroupSpec, n: int, per_node: int, buckets: int = 1) -> C.Link:
+    """C.group_link(group, n, per_node, buckets=buckets), memoised in `memo` (None: computed)."""
+    if memo is None:
+        return C.group_link(group, n, per_node, buckets=buckets)
+    key = ("group-link", id(group), n, per_node, buckets)
+    hit = memo.get(key)
+    if hit is None or hit[0] is not group:
+        hit = memo[key] = (group, C.group_link(group, n, per_node, buckets=buckets))
+    return hit[1]
+
+
+def _homogeneous_pp_link(memo: dict | None, group: GroupSpec, s: StrategySpec) -> C.Link:
+    """homogeneous_pp_link(group, s), memoised in `memo` by the pipeline stride it reads of s."""
+    if memo is None:
+        return homogeneous_pp_link(group, s)
+    key = ("pp-link", id(group), s.tp * s.cp * (1 if s.tp_pp_dp_mapping else s.dp))
+    hit = memo.get(key)
+    if hit is None or hit[0] is not group:
+        hit = memo[key] = (group, homogeneous_pp_link(group, s))
+    return hit[1]
+
+
+def _p2p_s(memo: dict | None, msg: float, link: C.Link) -> float:
+    """C.p2p_s(msg, link), memoised in `memo` by the link object (kept alive in the entry, as above) and the size."""
+    if memo is None:
+        return C.p2p_s(msg, link)
+    key = ("p2p-s", id(link), msg)
+    hit = memo.get(key)
+    if hit is None or hit[0] is not link:
+        hit = memo[key] = (link, C.p2p_s(msg, link))
+    return hit[1]
 
 
 def _embedding_act_bytes(model: ModelSpec, s: StrategySpec, tokens: float, act_bytes: int, sp: bool) -> float:
@@ -874,14 +912,14 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
     # Pipeline p2p: each stage boundary sends b*s*h (scatter-gather / SP: /tp) forward and backward.
     pp_t = 0.0
     if s.pp > 1:
-        prev_link, next_link = p2p_links if p2p_links is not None else (homogeneous_pp_link(group, s),) * 2
+        prev_link, next_link = p2p_links if p2p_links is not None else (_homogeneous_pp_link(memo, group, s),) * 2
         msg = tokens * model.hidden * act_bytes / s.tp
         if entry is not None and entry.layer.output_bytes is not None:
             msg = entry.layer.output_bytes / s.tp
         if index > 0 and prev_link is not None:
-            pp_t += C.p2p_s(msg, prev_link) * s.vpp
+            pp_t += _p2p_s(memo, msg, prev_link) * s.vpp
         if index < s.pp - 1 and next_link is not None:
-            pp_t += C.p2p_s(msg, next_link) * s.vpp
+            pp_t += _p2p_s(memo, msg, next_link) * s.vpp
         fwd += pp_t / 2
         bwd += pp_t / 2
         if rt_exec.pipe_partitioned and s.tp > 1 and not sp:
@@ -1064,10 +1102,11 @@ class DpTraffic:
 
 
 def dp_traffic(st: StageCost, group: GroupSpec, s: StrategySpec, job: JobSpec, m: int,
-               calibration: Calibration | None = None, tail_s: float = 0.0) -> DpTraffic:
+               calibration: Calibration | None = None, tail_s: float = 0.0, memo: dict | None = None) -> DpTraffic:
     """DP/ZeRO traffic of one stage per step, with the runtime's schedule of it (specs/runtimes/NAME.py):
     when gradients are reduced (once per step or per micro-batch), what they overlap, and when ZeRO's
-    parameter all-gather runs. `tail_s`: DpTraffic.tail_s (pipelines: the later stages' lead)."""
+    parameter all-gather runs. `tail_s`: DpTraffic.tail_s (pipelines: the later stages' lead). `memo`: stage_cost's
+    (one search's), where the group links are kept; the same numbers with or without it."""
     rt = runtimes.get(s.runtime)
     dpn = group.devices_per_node
     dp_n = s.dp * s.cp
@@ -1076,11 +1115,11 @@ def dp_traffic(st: StageCost, group: GroupSpec, s: StrategySpec, job: JobSpec, m
     shard_grad_op = s.zero == 2 and rt.fsdp_zero2   # FSDP SHARD_GRAD_OP: ZeRO-3 traffic less the backward gather
     pieces = max(1, st.layers[1] - st.layers[0]) * (zero3_collectives_per_layer(s) if s.zero >= 3 or shard_grad_op
                                                     else 1)
-    link = C.group_link(group, dp_n, dp_ranks_per_node(dpn, s, dp_n), buckets=pieces)
+    link = _group_link(memo, group, dp_n, dp_ranks_per_node(dpn, s, dp_n), buckets=pieces)
     # expert data parallelism strides over the expert grid (etp x ep), and with the tp-pp-dp order over the
     # pipeline too (Megatron's expert RankGenerator takes the same order)
     edp_inner = s.tp * s.cp * s.ep * s.etp // max(s.tp, 1) * (s.pp if s.tp_pp_dp_mapping else 1)
-    edp_link = C.group_link(group, s.edp, _placement_per_node(dpn, edp_inner, s.edp), buckets=pieces)
+    edp_link = _group_link(memo, group, s.edp, _placement_per_node(dpn, edp_inner, s.edp), buckets=pieces)
     dense, expert = st.dense_params, st.expert_params
     n_layers = max(1, st.layers[1] - st.layers[0])
     if s.zero >= 3 or shard_grad_op:
@@ -1170,7 +1209,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, s: StrategySp
         # ends sum_{j<i} t_b,j / v before stage 0 (measured on 4x H200, docs/VALIDATION.md "TP and
         # micro-batch": gpt-1.3b pp2 x dp2 stage 1 reaches its optimizer 51-56 ms before stage 0)
         tail = sum(o.bwd_s for o in stages[:st.index]) / s.vpp
-        traffic = dp_traffic(st, group, s, job, m, calibration, tail_s=tail)
+        traffic = dp_traffic(st, group, s, job, m, calibration, tail_s=tail, memo=memo)
         if traffic.exposed_s >= dp_exposed:
             dp_exposed, dp_total = traffic.exposed_s, traffic.total_s
     # Optimizer step: memory-bound Adam over the locally owned (ZeRO-sharded) parameters.

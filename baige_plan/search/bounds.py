@@ -372,7 +372,7 @@ class Bounds:
         m = job.global_batch // (s.dp * s.micro_batch)
         n0 = stage_layers(s, self.model.layers)[0]
         st0 = stage_cost(self.model, self.group, job, s, 0, 0, n0, m, memo=self.memo)
-        exposed0 = dp_traffic(st0, self.group, s, job, m, tail_s=0.0).exposed_s
+        exposed0 = dp_traffic(st0, self.group, s, job, m, tail_s=0.0, memo=self.memo).exposed_s
         t0 = st0.time_s
         t_max = max(t0, t_max_lb)
         pipe = m * t_max + (t0 + (total_lb - t0_lb) - t_max) / s.vpp
