@@ -64,6 +64,34 @@ def _stage_strategy(p: PipelinesSpec, sh: PipelineShape, st: StageSpec) -> Strat
                         attention=p.attention, **runtimes.knobs(p.runtime))
 
 
+def stage_strategy_cached(p: PipelinesSpec, sh: PipelineShape, st: StageSpec, cache: dict | None) -> StrategySpec:
+    """_stage_strategy(p, sh, st), kept in `cache` (one search's) by what it reads: the plan-wide knobs, the shape's
+    replicas, knobs and depth, and the stage's tp (the stages of a shape on one tp share it)."""
+    if cache is None:
+        return _stage_strategy(p, sh, st)
+    key = ("stage-strategy", p.micro_batch, p.zero, p.recompute, p.sequence_parallel, p.attention, p.runtime,
+           sh.replicas, sh.knobs, len(sh.stages), st.tp)
+    s = cache.get(key)
+    if s is None:
+        s = cache[key] = _stage_strategy(p, sh, st)
+    return s
+
+
+def p2p_links_cached(cluster: ClusterSpec, sh: PipelineShape, i: int, cache: dict | None
+                     ) -> tuple[C.Link | None, C.Link | None]:
+    """_p2p_links(cluster, sh, i), kept in `cache` (one search's, on one cluster) by what it reads: the shape's
+    replicas and cp, the stage's group and tp, and its neighbours' groups."""
+    if cache is None:
+        return _p2p_links(cluster, sh, i)
+    st = sh.stages
+    key = ("stage-links", sh.replicas, sh.knobs.cp, st[i].group, st[i].tp, st[i - 1].group if i > 0 else None,
+           st[i + 1].group if i < len(st) - 1 else None)
+    links = cache.get(key)
+    if links is None:
+        links = cache[key] = _p2p_links(cluster, sh, i)
+    return links
+
+
 def _p2p_links(cluster: ClusterSpec, sh: PipelineShape, i: int) -> tuple[C.Link | None, C.Link | None]:
     def link(a: StageSpec, b: StageSpec) -> C.Link:
         ga, gb = cluster.group(a.group), cluster.group(b.group)
@@ -78,6 +106,40 @@ def _p2p_links(cluster: ClusterSpec, sh: PipelineShape, i: int) -> tuple[C.Link 
     return prev, nxt
 
 
+def stage_neighbourhood(p: PipelinesSpec, sh: PipelineShape, i: int) -> tuple:
+    """What stage i of shape sh's strategy, links and cost are read from besides its layers and micro-batches
+    (`shape_stage_cost`'s key). The plan-wide knobs too: a shape's knobs fall back to them (PipelinesSpec.knob), and
+    one search shares its cache across plans that differ only there (recompute selective vs full)."""
+    st = sh.stages[i]
+    return (sh.replicas, sh.knobs, st.tp, len(sh.stages), i, sh.stages[i - 1].group if i else None, st.group,
+            sh.stages[i + 1].group if i + 1 < len(sh.stages) else None,
+            sh.stages[i - 1].tp if i else 0,
+            p.micro_batch, p.zero, p.recompute, p.sequence_parallel, p.attention, p.runtime)
+
+
+def shape_stage_cost(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: PipelinesSpec, sh: PipelineShape,
+                     i: int, nb: tuple, cache: dict | None) -> tuple[StrategySpec, StageCost]:
+    """(strategy, stage_cost) of stage i of shape sh as `estimate_pipelines` costs it; `nb`:
+    stage_neighbourhood(p, sh, i). With a cache, one look-up by that small key replaces hashing the strategy and
+    links (the search's polish estimates long pipelines thousands of times, each differing from the last in two
+    stages)."""
+    st = sh.stages[i]
+    skey = ("stage", nb, st.layers, sh.micro_batches)
+    hit = cache.get(skey) if cache is not None else None
+    if hit is None:
+        ctx = cache.get(("ctx", nb)) if cache is not None else None
+        if ctx is None:
+            ctx = (stage_strategy_cached(p, sh, st, cache), p2p_links_cached(cluster, sh, i, cache))
+            if cache is not None:
+                cache[("ctx", nb)] = ctx
+        s, links = ctx
+        hit = (s, stage_cost(model, cluster.group(st.group), job, s, i, st.layers[0], st.n_layers, sh.micro_batches,
+                             p2p_links=links, memo=cache))
+        if cache is not None:
+            cache[skey] = hit
+    return hit
+
+
 def estimate_pipelines(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: PipelinesSpec,
                        memory_frac: float = 1.0, cache: dict | None = None) -> Estimate:
     """Exact estimate of a heterogeneous plan. `cache` (a dict owned by the caller, e.g. one search)
@@ -86,37 +148,16 @@ def estimate_pipelines(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: 
     groups = {g.name: g for g in cluster.groups}
     shapes = []
     strategies: dict[int, list[StrategySpec]] = {}
-    # per stage, what its strategy, links and cost are read from (nb below, its layers and micro-batches): with a
-    # cache, one look-up by that small key replaces hashing the strategy and links (the search's polish estimates
-    # long pipelines thousands of times, each differing from the last in two stages)
+    # per stage, what its strategy, links and cost are read from (nb below, its layers and micro-batches)
     nbs: dict[int, list[tuple]] = {}
     for sh in p.shapes:
         costs = []
         strategies[id(sh)] = []
         nbs[id(sh)] = []
-        for i, st in enumerate(sh.stages):
-            g = groups[st.group]
-            # the plan-wide knobs too: a shape's knobs fall back to them (PipelinesSpec.knob), and one search
-            # shares its cache across plans that differ only there (recompute selective vs full)
-            nb = (sh.replicas, sh.knobs, st.tp, len(sh.stages), i, sh.stages[i - 1].group if i else None, st.group,
-                  sh.stages[i + 1].group if i + 1 < len(sh.stages) else None,
-                  sh.stages[i - 1].tp if i else 0,
-                  p.micro_batch, p.zero, p.recompute, p.sequence_parallel, p.attention, p.runtime)
+        for i in range(len(sh.stages)):
+            nb = stage_neighbourhood(p, sh, i)
             nbs[id(sh)].append(nb)
-            skey = ("stage", nb, st.layers, sh.micro_batches)
-            hit = cache.get(skey) if cache is not None else None
-            if hit is None:
-                ctx = cache.get(("ctx", nb)) if cache is not None else None
-                if ctx is None:
-                    ctx = (_stage_strategy(p, sh, st), _p2p_links(cluster, sh, i))
-                    if cache is not None:
-                        cache[("ctx", nb)] = ctx
-                s, links = ctx
-                hit = (s, stage_cost(model, g, job, s, i, st.layers[0], st.n_layers, sh.micro_batches,
-                                     p2p_links=links, memo=cache))
-                if cache is not None:
-                    cache[skey] = hit
-            s, c = hit
+            s, c = shape_stage_cost(model, cluster, job, p, sh, i, nb, cache)
             costs.append(c)
             strategies[id(sh)].append(s)
         times = [c.time_s for c in costs]
@@ -146,7 +187,7 @@ def estimate_pipelines(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: 
             dkey2 = ("dp-stage", nb, st.layers, sh.micro_batches, tail)
             hit = cache.get(dkey2) if cache is not None else None
             if hit is None:
-                traffic = dp_traffic(c, g, s, job, sh.micro_batches, tail_s=tail)
+                traffic = dp_traffic(c, g, s, job, sh.micro_batches, tail_s=tail, memo=cache)
                 hit = (traffic, traffic.exposed_s)
                 if cache is not None:
                     cache[dkey2] = hit
