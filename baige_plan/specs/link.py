@@ -101,10 +101,15 @@ class BandwidthCurve:
         if size_bytes >= pts[-1][0]:
             return pts[-1][1]
         i = bisect_left(pts, (size_bytes, -math.inf))   # first point with bytes >= size
-        (x0, y0), (x1, y1) = pts[i - 1], pts[i]
+        (_x0, y0), (x1, y1) = pts[i - 1], pts[i]
         if size_bytes == x1:
             return y1
-        w = (math.log(size_bytes) - math.log(x0)) / (math.log(x1) - math.log(x0))
+        # the log of each point's size, taken once and kept (not pickled: hash_once), the same floats
+        logs = self.__dict__.get("_log_bytes")
+        if logs is None:
+            logs = tuple(math.log(b) for b, _ in pts)
+            object.__setattr__(self, "_log_bytes", logs)
+        w = (math.log(size_bytes) - logs[i - 1]) / (logs[i] - logs[i - 1])
         return y0 + (y1 - y0) * w
 
     def time_s(self, size_bytes: float) -> float:

@@ -283,6 +283,8 @@ class ModelSpec:
         return sum(1 for i in range(self.layers) if self.is_moe_layer(i))
 
     def moe_layers_in(self, start: int, end: int) -> int:
+        if self.moe is None:        # a dense model (every stage the cost model costs asks): no layer to count
+            return 0
         return sum(1 for i in range(start, end) if self.is_moe_layer(i))
 
 
