@@ -244,6 +244,9 @@ MEASURABLE = ("compute", "activation_memory", "optimizer_step")
 
 def join_sources(labels: set[str]) -> str:
     """Measured labels first (sorted), "analytical" last."""
+    if len(labels) == 1:            # the common case (every stage of an analytical estimate): that label
+        for label in labels:
+            return label
     return "+".join(sorted(labels, key=lambda x: (x == ANALYTICAL, x)))
 
 
@@ -603,6 +606,13 @@ def _stage_context(group: GroupSpec, precision: str, s: StrategySpec, calibratio
     computed."""
     if memo is None:
         return _StageContext(group, precision, s, calibration, moe)
+    # first by the objects themselves: the stages of one strategy (an estimate's, a template's) pass the same s, and
+    # this skips building and hashing its field tuple below. The entry keeps s, group and calibration alive, so their
+    # ids cannot name other objects while it exists (a hit is checked all the same)
+    fast = ("stage-context-of", id(s), id(group), precision, id(calibration), moe)
+    hit = memo.get(fast)
+    if hit is not None and hit[0] is s and hit[1] is group and hit[2] is calibration:
+        return hit[3]
     sk = _context_fields(StrategySpec)(s) if type(s) is StrategySpec else s
     key = ("stage-context", _Same(group), precision, sk, calibration, moe)
     try:
@@ -611,6 +621,7 @@ def _stage_context(group: GroupSpec, precision: str, s: StrategySpec, calibratio
         return _StageContext(group, precision, s, calibration, moe)
     if ctx is None:
         ctx = memo[key] = _StageContext(group, precision, s, calibration, moe, memo)
+    memo[fast] = (s, group, calibration, ctx)
     return ctx
 
 
