@@ -71,7 +71,10 @@ class OpCurve:
     cap_GBps: float = math.inf
 
     def busbw_GBps(self, size_bytes: float) -> float:
-        return min(self.cap_GBps, min(t.GBps(size_bytes) for t in self.terms))
+        terms = self.terms
+        if len(terms) == 1:         # the common case (read for every collective the search costs): the same value
+            return min(self.cap_GBps, terms[0].GBps(size_bytes))
+        return min(self.cap_GBps, min(t.GBps(size_bytes) for t in terms))
 
 
 @hash_once

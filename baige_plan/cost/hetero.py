@@ -144,25 +144,29 @@ def estimate_pipelines(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: 
                        memory_frac: float = 1.0, cache: dict | None = None) -> Estimate:
     """Exact estimate of a heterogeneous plan. `cache` (a dict owned by the caller, e.g. one search)
     memoises stage costs, which depend only on their own arguments (and is stage_cost's `memo`)."""
-    check_pipelines(p, model, cluster, job)
+    check_pipelines(p, model, cluster, job, cache)
     groups = {g.name: g for g in cluster.groups}
     shapes = []
-    strategies: dict[int, list[StrategySpec]] = {}
+    strategies: dict[int, tuple[StrategySpec, ...]] = {}
     # per stage, what its strategy, links and cost are read from (nb below, its layers and micro-batches)
-    nbs: dict[int, list[tuple]] = {}
+    nbs: dict[int, tuple[tuple, ...]] = {}
     for sh in p.shapes:
-        costs = []
-        strategies[id(sh)] = []
-        nbs[id(sh)] = []
-        for i in range(len(sh.stages)):
-            nb = stage_neighbourhood(p, sh, i)
-            nbs[id(sh)].append(nb)
-            s, c = shape_stage_cost(model, cluster, job, p, sh, i, nb, cache)
-            costs.append(c)
-            strategies[id(sh)].append(s)
-        times = [c.time_s for c in costs]
-        pipe = pipeline_s(times, sh.micro_batches, p.knob(sh, "vpp"))
-        shapes.append((sh, tuple(costs), pipe))
+        # a shape's stage costs and pipeline time read the shape and the plan-wide knobs only (stage_neighbourhood):
+        # a plan that keeps a shape object of one estimated before (the polish moves one shape at a time) reads
+        # them back whole, by the shape object (kept alive in the entry) and those knobs
+        whole = ("shape-costs", id(sh), p.micro_batch, p.zero, p.recompute, p.sequence_parallel, p.attention,
+                 p.runtime)
+        hit = cache.get(whole) if cache is not None else None
+        if hit is None or hit[0] is not sh:
+            nbl = tuple(stage_neighbourhood(p, sh, i) for i in range(len(sh.stages)))
+            sc = [shape_stage_cost(model, cluster, job, p, sh, i, nb, cache) for i, nb in enumerate(nbl)]
+            costs = tuple(c for _, c in sc)
+            pipe = pipeline_s([c.time_s for c in costs], sh.micro_batches, p.knob(sh, "vpp"))
+            hit = (sh, costs, tuple(s for s, _ in sc), nbl, pipe)
+            if cache is not None:
+                cache[whole] = hit
+        _, costs, strategies[id(sh)], nbs[id(sh)], pipe = hit
+        shapes.append((sh, costs, pipe))
 
     bridge_traffic: dict[tuple[str, str, str], float] = {}
     # per shape: stage layer starts, ends and groups, for overlap look-ups

@@ -134,13 +134,20 @@ def _check_stage_types(st: StageSpec, w: str) -> None:
         raise SpecError(f"{w}.tp", f"expected an integer, got {_short(st.tp)}")
 
 
-def check_pipelines(p: PipelinesSpec, model: ModelSpec, cluster: ClusterSpec, job: JobSpec) -> None:
+def check_pipelines(p: PipelinesSpec, model: ModelSpec, cluster: ClusterSpec, job: JobSpec,
+                    memo: dict | None = None) -> None:
     """Every shape covers layers [0, L) once, contiguously; tp divides heads and kv heads and stays
-    inside a node; the batch adds up; no group is over-subscribed."""
+    inside a node; the batch adds up; no group is over-subscribed. `memo`: a dict the caller owns (one search, one
+    model and cluster) in which the shapes that passed their own checks are kept, by the shape object (kept alive
+    in the entry): a plan that keeps a shape of one checked before (the polish moves one shape at a time) checks
+    only the others and the plan-wide sums. The same errors with or without it."""
     require(len(p.shapes) >= 1, "pipelines", "needs at least one pipeline shape")
     _check_plan_wide(p)
     groups = {g.name: g for g in cluster.groups}
     for si, sh in enumerate(p.shapes):
+        passed = ("shape-checked", id(sh))
+        if memo is not None and (hit := memo.get(passed)) is not None and hit is sh:
+            continue        # its checks read the shape, the model and the cluster's groups only
         where = f"pipelines[{si}]"
         if not (_is_int(sh.replicas) and _is_int(sh.micro_batches) and sh.replicas >= 1 and sh.micro_batches >= 1):
             raise SpecError(where, f"replicas={_short(sh.replicas)} and micro_batches={_short(sh.micro_batches)} must "
@@ -172,9 +179,14 @@ def check_pipelines(p: PipelinesSpec, model: ModelSpec, cluster: ClusterSpec, jo
             if g.devices_per_node % st.tp:
                 raise SpecError(f"{where}.stages[{i}].tp", f"tp={st.tp} must divide the {g.devices_per_node} devices "
                                 f"of a {st.group} node (TP stays in a node)")
-        require(nxt == model.layers, f"{where}.stages", f"layers end at {nxt}, the model has {model.layers}")
-    require(p.sequences == job.global_batch, "pipelines",
-            f"sum(replicas x micro_batches x micro_batch) = {p.sequences} must equal global_batch={job.global_batch}")
+        if nxt != model.layers:
+            raise SpecError(f"{where}.stages", f"layers end at {nxt}, the model has {model.layers}")
+        if memo is not None:
+            memo[passed] = sh
+    if p.sequences != job.global_batch:
+        raise SpecError("pipelines", f"sum(replicas x micro_batches x micro_batch) = {p.sequences} must equal "
+                        f"global_batch={job.global_batch}")
     for name, used in sorted(p.devices_by_group().items()):
         have = cluster.group(name).devices
-        require(used <= have, "pipelines", f"group {name!r} is asked for {used} devices, it has {have}")
+        if not used <= have:
+            raise SpecError("pipelines", f"group {name!r} is asked for {used} devices, it has {have}")
