@@ -308,12 +308,32 @@ def dp_ranks_per_node(dpn: int, s: StrategySpec, size: int) -> int:
     return max(1, min(size, cp_here * min(replicas_here, s.dp)))
 
 
+def _gemm_timer(memo: dict | None, r: ChipRates) -> Callable[..., float]:
+    """gemm_time_s(g, r, passes, bwd) as a function of (g, passes, bwd), memoised in `memo` (one search's) where
+    given: the strategies of a search share a few rates objects (`_strategy_rates`) and repeat the same GEMMs
+    (9 in 10 on the 512-GPU plan). Keyed by the rates object (kept alive in the entry), the GEMM and its fields'
+    types (a GEMM equal to another in value but not in type is costed on its own), so a hit is the same float."""
+    if memo is None:
+        return lambda g, passes=1.0, bwd=False: gemm_time_s(g, r, passes, bwd)
+
+    def timed(g: Gemm, passes: float = 1.0, bwd: bool = False) -> float:
+        key = ("gemm", id(r), g, type(g.m), type(g.n), type(g.k), type(g.count), passes, bwd)
+        hit = memo.get(key)
+        if hit is None or hit[0] is not r:
+            hit = memo[key] = (r, gemm_time_s(g, r, passes, bwd))
+        return hit[1]
+    return timed
+
+
 def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, tokens: float, sp: bool, std: bool,
-                 links: tuple, moe: bool, meas: LayerProfile | None = None, window: bool = False) -> dict[str, float]:
+                 links: tuple, moe: bool, meas: LayerProfile | None = None, window: bool = False,
+                 memo: dict | None = None) -> dict[str, float]:
     """Time, FLOPs, parameters and activations of one transformer layer on one device, per micro-batch.
     `meas`: a measured profile of this layer (specs/profile.py) whose forward/backward/recompute compute
     seconds and stored activation bytes replace the analytical ones where present; communication,
-    FLOPs and parameters stay analytical. The compute parts are returned as lf, lb and rc (recompute)."""
+    FLOPs and parameters stay analytical. The compute parts are returned as lf, lb and rc (recompute).
+    `memo`: stage_cost's (one search's), where GEMM times are kept (`_gemm_timer`); the same numbers without it."""
+    gemm_s = _gemm_timer(memo, r)
     tp_link, cp_link, ep_link, etp_link = links[:4]
     ep_split = links[4] if len(links) > 4 else None     # cost/moe.py EpNodeSplit: an EP group across nodes
     act_bytes = r.act_bytes
@@ -325,9 +345,9 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
     mt = moe_layer_terms(model, s, r, tokens, ep_link, etp_link, lin, ep_split) if moe and model.moe is not None \
         else None
     load = mt.load if mt is not None else 1.0
-    g_f = sum(gemm_time_s(g, r) * (load if g.name.startswith("expert_") else 1.0) for g in lin)
-    a_f = sum(gemm_time_s(g, r) for g in att)
-    a_b = sum(gemm_time_s(g, r, passes=2, bwd=True) for g in att)
+    g_f = sum(gemm_s(g) * (load if g.name.startswith("expert_") else 1.0) for g in lin)
+    a_f = sum(gemm_s(g) for g in att)
+    a_b = sum(gemm_s(g, passes=2, bwd=True) for g in att)
     out_b, core_b = layer_memory_bytes(model, tokens, s.micro_batch, seq, s.tp, s.cp, sp, std, act_bytes, moe)
     m_f = (out_b + core_b) / r.hbm_Bps
     m_b = 2 * m_f
@@ -387,11 +407,11 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
     # Megatron-core's EP overlap schedules apart from the rest of the layer (cost/moe.py a2a_overlap_pair_s)
     moe_dev_e = moe_dev_r = mlp_f = mlp_b = 0.0
     if mt is not None:
-        experts_f = sum(gemm_time_s(g, r) for g in lin if g.name.startswith("expert_")) * load
+        experts_f = sum(gemm_s(g) for g in lin if g.name.startswith("expert_")) * load
         mlp_f = experts_f + mt.dispatch_fwd_s
         mlp_b = 2 * experts_f + mt.dispatch_bwd_s + mt.expert_bwd_extra_s
         moe_dev_e = mlp_f + mt.ep_s
-        moe_dev_r = sum(gemm_time_s(g, r) for g in lin if g.name == "router")
+        moe_dev_r = sum(gemm_s(g) for g in lin if g.name == "router")
         lb += mt.expert_bwd_extra_s   # torch._grouped_mm experts: backward beyond 2 x forward (cost/moe.py)
     timed = meas is not None and meas.has_times
     if timed:
@@ -424,8 +444,8 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
         kv_blk = 2 * s.micro_batch * seq / s.cp * model.kv_dim / s.tp * act_bytes
         att_step = [Gemm(g.name, g.m, g.n / s.cp if g.name == "attn_qk" else g.n,
                          g.k / s.cp if g.name == "attn_pv" else g.k, g.count, g.kind) for g in att]
-        step_f = sum(gemm_time_s(g, r) for g in att_step)
-        step_b = sum(gemm_time_s(g, r, passes=2, bwd=True) for g in att_step)
+        step_f = sum(gemm_s(g) for g in att_step)
+        step_b = sum(gemm_s(g, passes=2, bwd=True) for g in att_step)
         comm = s.cp_comm or runtimes.get(s.runtime).cp_comm
         cpa = cp_attention(s.cp, comm, step_f, step_b, s.micro_batch * seq / s.cp * model.o_dim
                            / s.tp, kv_blk, act_bytes, r.hbm_Bps, cp_link)
@@ -471,7 +491,7 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
         # reduce-scatters and EP all-to-alls are saved, so they do not run again.
         from baige_plan.specs.runtimes.torchtitan import op_sac_recomputed
         redo = op_sac_recomputed(lin, model.activation)
-        rc = sum(gemm_time_s(g, r) * (load if g.name.startswith("expert_") else 1.0) for g in redo)
+        rc = sum(gemm_s(g) * (load if g.name.startswith("expert_") else 1.0) for g in redo)
         rc = meas.recompute_s if timed else rc + (eager_rec if s.execution == "eager" else m_f)
         t_tp_rc = (n_tp * C.all_gather_s(act_sz, tp_link) if sp else t_tp) if s.tp > 1 else 0.0
         rec += rc + t_tp_rc + t_cp_f
@@ -496,7 +516,7 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
     if "mla_up_proj" in s.recompute_modules and s.recompute == "selective" and model.mla is not None:
         # Megatron recompute_modules mla_up_proj: the q and kv up projections run again in the backward
         redo_up = [g for g in lin if g.name in ("q_up", "q", "kv_up")]
-        rc_up = sum(gemm_time_s(g, r) for g in redo_up)
+        rc_up = sum(gemm_s(g) for g in redo_up)
         rec += rc_up
         comp += rc_up
         hw_flops += sum(g.flops for g in redo_up)
@@ -553,11 +573,12 @@ class _StageContext:
     node split, and its layers' terms (by model, sequence length, dense/MoE and measured profile), each computed
     once."""
 
-    __slots__ = ("r", "rt", "links", "terms")
+    __slots__ = ("r", "rt", "links", "terms", "memo")
 
     def __init__(self, group: GroupSpec, precision: str, s: StrategySpec, calibration: Calibration | None,
                  moe: bool, memo: dict | None = None) -> None:
-        self.r = strategy_rates(group.chip, engine_precision(group, precision, s.runtime), s, calibration)
+        self.r = _strategy_rates(memo, group.chip, engine_precision(group, precision, s.runtime), s, calibration)
+        self.memo = memo
         self.rt = runtimes.get(s.runtime)
         dpn = group.devices_per_node
         tp_link = _group_link(memo, group, s.tp, min(s.tp, dpn))
@@ -576,10 +597,10 @@ class _StageContext:
         try:
             lt = self.terms.get((model, seq, moe, meas, window))
         except TypeError:           # a hand-built spec that does not hash: cost it directly
-            return _layer_terms(model, s, self.r, seq, tokens, sp, std, self.links, moe, meas, window)
+            return _layer_terms(model, s, self.r, seq, tokens, sp, std, self.links, moe, meas, window, self.memo)
         if lt is None:
             lt = self.terms[(model, seq, moe, meas, window)] = MappingProxyType(
-                _layer_terms(model, s, self.r, seq, tokens, sp, std, self.links, moe, meas, window))
+                _layer_terms(model, s, self.r, seq, tokens, sp, std, self.links, moe, meas, window, self.memo))
         return lt
 
 
@@ -639,6 +660,21 @@ def _group_link(memo: dict | None, group: GroupSpec, n: int, per_node: int, buck
     if hit is None or hit[0] is not group:
         hit = memo[key] = (group, C.group_link(group, n, per_node, buckets=buckets))
     return hit[1]
+
+
+def _strategy_rates(memo: dict | None, chip, precision: str, s: StrategySpec, calibration: Calibration | None
+                    ) -> ChipRates:
+    """strategy_rates(chip, precision, s, calibration), memoised in `memo` by what it reads of s (its attention
+    kernel, or its runtime's) and the chip and calibration objects (kept alive in the entry): the stage contexts of a
+    search share these few rates objects, and with them the GEMM times `_gemm_timer` keeps."""
+    if memo is None:
+        return strategy_rates(chip, precision, s, calibration)
+    key = ("rates", id(chip), precision, s.attention_kernel or runtimes.get(s.runtime).attention_kernel,
+           id(calibration))
+    hit = memo.get(key)
+    if hit is None or hit[0] is not chip or hit[1] is not calibration:
+        hit = memo[key] = (chip, calibration, strategy_rates(chip, precision, s, calibration))
+    return hit[2]
 
 
 def _homogeneous_pp_link(memo: dict | None, group: GroupSpec, s: StrategySpec) -> C.Link:
@@ -1169,7 +1205,12 @@ def dp_traffic(st: StageCost, group: GroupSpec, s: StrategySpec, job: JobSpec, m
         per_mb += replicas_s
         return DpTraffic(reductions=0, zero3_s=per_mb * m, zero3_compute_s=m * st.time_s,
                          zero3_overlap=(calibration or COMMITTED).zero3_overlap_for(s.zero3_impl))
-    sync = rt.grad_sync(s.zero, s.pp)
+    # the runtime's schedule of the sync, a pure function of (runtime, zero, pp): kept in the search's memo
+    sync = memo.get(("grad-sync", s.runtime, s.zero, s.pp)) if memo is not None else None
+    if sync is None:
+        sync = rt.grad_sync(s.zero, s.pp)
+        if memo is not None:
+            memo[("grad-sync", s.runtime, s.zero, s.pp)] = sync
     gb = precision_state_bytes(job.precision, rt.grad_bytes)[1]   # main-grad bytes (4 in fp32/tf32)
     if bf16_grad_reduce(s, job.precision):
         gb = BF16_GRAD_BYTES
