@@ -74,6 +74,7 @@ from baige_plan.cost.recompute import early_stop_skip_s, recompute_early_stop
 from baige_plan.errors import SpecError
 from baige_plan.specs import runtimes
 from baige_plan.specs.calibration import COMMITTED, Calibration
+from baige_plan.specs.frozen import make
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
 from baige_plan.specs.profile import LayerProfile
@@ -1061,14 +1062,15 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
                ("activation_memory", join_sources(src_a or {ANALYTICAL})),
                ("optimizer_step", label if entry is not None and entry.optimizer_s_per_param is not None
                 else ANALYTICAL))
-    return StageCost(index=index, layers=(first_layer, first_layer + n_layers), fwd_s=fwd, bwd_s=bwd,
-                     compute_s=comp, tp_s=tp_t, cp_s=cp_t, ep_s=ep_t, pp_s=pp_t,
-                     weights_gib=weights / GIB, grads_gib=grads / GIB, optimizer_gib=optim / GIB,
-                     activations_gib=activations / GIB, other_gib=other / GIB,
-                     dense_params=dense_p, expert_params=expert_p, hw_flops=hw_flops,
-                     optimizer_s_per_param=opt_rate, sources=sources,
-                     slack_gib=slack_bytes(mem, allocated, full_rc) / GIB, outside_gib=outside_gib(mem, groups),
-                     host_s=host, host_vs_s=host_vs, host_serial=host_serial)
+    # make: StageCost(...) without its frozen __init__'s 24 object.__setattr__ calls (every stage the search costs)
+    return make(StageCost, index=index, layers=(first_layer, first_layer + n_layers), fwd_s=fwd, bwd_s=bwd,
+                           compute_s=comp, tp_s=tp_t, cp_s=cp_t, ep_s=ep_t, pp_s=pp_t,
+                           weights_gib=weights / GIB, grads_gib=grads / GIB, optimizer_gib=optim / GIB,
+                           activations_gib=activations / GIB, other_gib=other / GIB,
+                           dense_params=dense_p, expert_params=expert_p, hw_flops=hw_flops,
+                           optimizer_s_per_param=opt_rate, sources=sources,
+                           slack_gib=slack_bytes(mem, allocated, full_rc) / GIB, outside_gib=outside_gib(mem, groups),
+                           host_s=host, host_vs_s=host_vs, host_serial=host_serial)
 
 
 # What an overlapped data-parallel collective (the gradient reduction under the backward, the distributed optimizer's
@@ -1193,18 +1195,18 @@ def dp_traffic(st: StageCost, group: GroupSpec, s: StrategySpec, job: JobSpec, m
         if rt.zero3_gather(s.pp) == "step":
             # pipelining + FSDP2: one gather before the first forward, one reduce-scatter in the last
             # backward; the stage's parameters stay unsharded in between
-            return DpTraffic(grads_s=C.reduce_scatter_s(size, z_link) + replicas_s,
-                             grad_window_s=st.bwd_s * (1 - 1 / n_layers),
-                             params_s=C.all_gather_s(size, z_link), param_window_s=st.fwd_s,
-                             last_bucket=1 / n_layers, tail_s=tail_s)
+            return make(DpTraffic, grads_s=C.reduce_scatter_s(size, z_link) + replicas_s,
+                                   grad_window_s=st.bwd_s * (1 - 1 / n_layers),
+                                   params_s=C.all_gather_s(size, z_link), param_window_s=st.fwd_s,
+                                   last_bucket=1 / n_layers, tail_s=tail_s)
         # forward gather, backward gather, gradient reduce-scatter; SHARD_GRAD_OP keeps the forward's gather for
         # the backward (reshard_after_forward=False) and reshards after it: two collectives per micro-batch
         n_coll = 2 if shard_grad_op else 3
         per_mb = n_coll * C.all_gather_s(size, z_link)
         per_mb += n_coll * max(0, n_layers * zero3_collectives_per_layer(s) - 1) * C.latency_s(z_link, "all_gather")
         per_mb += replicas_s
-        return DpTraffic(reductions=0, zero3_s=per_mb * m, zero3_compute_s=m * st.time_s,
-                         zero3_overlap=(calibration or COMMITTED).zero3_overlap_for(s.zero3_impl))
+        return make(DpTraffic, reductions=0, zero3_s=per_mb * m, zero3_compute_s=m * st.time_s,
+                               zero3_overlap=(calibration or COMMITTED).zero3_overlap_for(s.zero3_impl))
     # the runtime's schedule of the sync, a pure function of (runtime, zero, pp): kept in the search's memo
     sync = memo.get(("grad-sync", s.runtime, s.zero, s.pp)) if memo is not None else None
     if sync is None:
@@ -1225,10 +1227,10 @@ def dp_traffic(st: StageCost, group: GroupSpec, s: StrategySpec, job: JobSpec, m
         grads = reduce(dense * gb, link) + reduce(expert * gb, edp_link)
         params = C.all_gather_s(dense * wb, link) + C.all_gather_s(expert * wb, edp_link)
     overlapped = sync.overlap == "backward" and s.overlap_grad_reduce
-    return DpTraffic(grads_s=grads, reductions=m if sync.grads == "micro_batch" else 1,
-                     grad_window_s=st.bwd_s * (1 - 1 / n_layers) if overlapped else 0.0,
-                     params_s=params, param_window_s=st.fwd_s if sync.params == "next_forward" else 0.0,
-                     last_bucket=1 / n_layers, tail_s=tail_s)
+    return make(DpTraffic, grads_s=grads, reductions=m if sync.grads == "micro_batch" else 1,
+                           grad_window_s=st.bwd_s * (1 - 1 / n_layers) if overlapped else 0.0,
+                           params_s=params, param_window_s=st.fwd_s if sync.params == "next_forward" else 0.0,
+                           last_bucket=1 / n_layers, tail_s=tail_s)
 
 
 def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, s: StrategySpec,
@@ -1297,12 +1299,12 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, s: StrategySp
     memory = {"weights": mem_stage.weights_gib, "grads": mem_stage.grads_gib, "optimizer": mem_stage.optimizer_gib,
               "activations": mem_stage.activations_gib, "other": mem_stage.other_gib}
     bottleneck = _bottleneck(breakdown, step, fits, peak_mem, capacity * memory_frac, dp_total)
-    return Estimate(strategy=s, global_batch=job.global_batch, fits=fits, step_time_s=step,
-                    tokens_per_s=tokens / step, tokens_per_s_per_device=tokens / step / devices,
-                    model_tflops_per_device=mflops / step / devices / 1e12, mfu=mfu, hfu=hfu,
-                    peak_memory_gib=peak_mem, capacity_gib=capacity, breakdown_s=breakdown, memory_gib=memory,
-                    stages=tuple(stages), micro_batches=m, devices=devices, bottleneck=bottleneck,
-                    memory_frac=memory_frac)
+    return make(Estimate, strategy=s, global_batch=job.global_batch, fits=fits, step_time_s=step,
+                          tokens_per_s=tokens / step, tokens_per_s_per_device=tokens / step / devices,
+                          model_tflops_per_device=mflops / step / devices / 1e12, mfu=mfu, hfu=hfu,
+                          peak_memory_gib=peak_mem, capacity_gib=capacity, breakdown_s=breakdown, memory_gib=memory,
+                          stages=tuple(stages), micro_batches=m, devices=devices, bottleneck=bottleneck,
+                          memory_frac=memory_frac)
 
 
 def pipeline_s(stage_times_s: list[float], m: int, vpp: int) -> float:

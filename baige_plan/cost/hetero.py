@@ -37,6 +37,7 @@ from baige_plan.cost.estimate import (
 )
 from baige_plan.cost.flops import megatron_model_flops
 from baige_plan.specs import runtimes
+from baige_plan.specs.frozen import make
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
 from baige_plan.specs.pipeline import PipelineShape, PipelinesSpec, StageSpec, check_pipelines
@@ -58,10 +59,11 @@ def path_link(cluster: ClusterSpec, a: GroupSpec, b: GroupSpec, devices_on_node:
 
 def _stage_strategy(p: PipelinesSpec, sh: PipelineShape, st: StageSpec) -> StrategySpec:
     k = p.knob
-    return StrategySpec(tp=st.tp, pp=len(sh.stages), dp=sh.replicas, cp=k(sh, "cp"), ep=k(sh, "ep"), etp=k(sh, "etp"),
-                        micro_batch=k(sh, "micro_batch"), zero=k(sh, "zero"), vpp=k(sh, "vpp"),
-                        recompute=k(sh, "recompute"), sequence_parallel=bool(k(sh, "sequence_parallel")) and st.tp > 1,
-                        attention=p.attention, **runtimes.knobs(p.runtime))
+    # make: StrategySpec(...) with its checks, without its frozen __init__'s 45 object.__setattr__ calls
+    return make(StrategySpec, tp=st.tp, pp=len(sh.stages), dp=sh.replicas, cp=k(sh, "cp"), ep=k(sh, "ep"),
+                etp=k(sh, "etp"), micro_batch=k(sh, "micro_batch"), zero=k(sh, "zero"), vpp=k(sh, "vpp"),
+                recompute=k(sh, "recompute"), sequence_parallel=bool(k(sh, "sequence_parallel")) and st.tp > 1,
+                attention=p.attention, **runtimes.knobs(p.runtime))
 
 
 def stage_strategy_cached(p: PipelinesSpec, sh: PipelineShape, st: StageSpec, cache: dict | None) -> StrategySpec:
@@ -267,15 +269,15 @@ def estimate_pipelines(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: 
     # the first shape's widest stage as it runs (its own knobs over the plan-wide values), over every replica
     summary = replace(_stage_strategy(p, first, max(first.stages, key=lambda st: st.tp)),
                       dp=sum(s_.replicas for s_ in p.shapes))
-    return Estimate(strategy=summary, global_batch=job.global_batch, fits=fits, step_time_s=step,
-                    tokens_per_s=tokens / step, tokens_per_s_per_device=tokens / step / devices,
-                    model_tflops_per_device=mflops / step / devices / 1e12, mfu=mflops / (step * peak_sum),
-                    hfu=hw / (step * peak_sum), peak_memory_gib=mstage.memory_gib, capacity_gib=cap,
-                    breakdown_s=breakdown, memory_gib=memory, stages=costs, micro_batches=m, devices=devices,
-                    bottleneck=_bottleneck(breakdown, step, fits, mstage.memory_gib, cap * memory_frac, 0.0),
-                    shapes=tuple((s_.replicas, s_.micro_batches, c_, t_) for s_, c_, t_ in shapes),
-                    bridge_traffic=tuple((a, b, kind, t) for (a, b, kind), t in sorted(bridge_traffic.items())),
-                    memory_frac=memory_frac)
+    return make(Estimate, strategy=summary, global_batch=job.global_batch, fits=fits, step_time_s=step,
+                          tokens_per_s=tokens / step, tokens_per_s_per_device=tokens / step / devices,
+                          model_tflops_per_device=mflops / step / devices / 1e12, mfu=mflops / (step * peak_sum),
+                          hfu=hw / (step * peak_sum), peak_memory_gib=mstage.memory_gib, capacity_gib=cap,
+                          breakdown_s=breakdown, memory_gib=memory, stages=costs, micro_batches=m, devices=devices,
+                          bottleneck=_bottleneck(breakdown, step, fits, mstage.memory_gib, cap * memory_frac, 0.0),
+                          shapes=tuple((s_.replicas, s_.micro_batches, c_, t_) for s_, c_, t_ in shapes),
+                          bridge_traffic=tuple((a, b, kind, t) for (a, b, kind), t in sorted(bridge_traffic.items())),
+                          memory_frac=memory_frac)
 
 
 def _overlapping_groups(spans, rng: tuple[int, int]) -> set[str]:

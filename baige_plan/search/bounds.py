@@ -50,6 +50,7 @@ from baige_plan.cost.params import layer_params_split
 from baige_plan.search.space import COL
 from baige_plan.specs import runtimes
 from baige_plan.specs.calibration import COMMITTED
+from baige_plan.specs.frozen import make
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
 from baige_plan.specs.strategy import ATTENTION, RECOMPUTE, StrategySpec, stage_layers
@@ -273,8 +274,8 @@ class Bounds:
         L MoE layers paired (u -> 0) give a per-layer bound for any stage."""
         tp, cp, mb, sp, ep, etp, att, rec = key
         m = self.model
-        s = StrategySpec(tp=tp, pp=3, dp=ep * etp, cp=cp, ep=ep, etp=etp, micro_batch=mb, recompute=RECOMPUTE[rec],
-                         sequence_parallel=bool(sp), attention=ATTENTION[att], **self.knobs)
+        s = make(StrategySpec, tp=tp, pp=3, dp=ep * etp, cp=cp, ep=ep, etp=etp, micro_batch=mb,
+                 recompute=RECOMPUTE[rec], sequence_parallel=bool(sp), attention=ATTENTION[att], **self.knobs)
         # the cheapest layer of each kind: a sliding-window layer where the model has them (fewer keys, never slower)
         def pick(moe: bool) -> int | None:
             kind = (i for i in range(m.layers) if m.is_moe_layer(i) == moe)
