@@ -1248,8 +1248,13 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, s: StrategySp
     split = stage_layers(s, model.layers)
     stages = []
     first = 0
+    sync0 = None    # stage 0's data-parallel traffic, when first_stage_cost has it
     for i, n in enumerate(split):
-        stages.append(stage_cost(model, group, job, s, i, first, n, m, calibration=calibration, memo=memo))
+        if i == 0 and calibration is None and memo is not None:
+            st0, sync0 = first_stage_cost(model, group, job, s, memo)
+            stages.append(st0)
+        else:
+            stages.append(stage_cost(model, group, job, s, i, first, n, m, calibration=calibration, memo=memo))
         first += n
     times = [st.time_s for st in stages]
     t_max = max(times)
@@ -1263,7 +1268,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, s: StrategySp
         # ends sum_{j<i} t_b,j / v before stage 0 (measured on 4x H200, docs/VALIDATION.md "TP and
         # micro-batch": gpt-1.3b pp2 x dp2 stage 1 reaches its optimizer 51-56 ms before stage 0)
         tail = sum(o.bwd_s for o in stages[:st.index]) / s.vpp
-        traffic = dp_traffic(st, group, s, job, m, calibration, tail_s=tail, memo=memo)
+        traffic = sync0 if st.index == 0 and sync0 is not None else \
+            dp_traffic(st, group, s, job, m, calibration, tail_s=tail, memo=memo)
         if traffic.exposed_s >= dp_exposed:
             dp_exposed, dp_total = traffic.exposed_s, traffic.total_s
     # Optimizer step: memory-bound Adam over the locally owned (ZeRO-sharded) parameters.
@@ -1305,6 +1311,25 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, s: StrategySp
                           peak_memory_gib=peak_mem, capacity_gib=capacity, breakdown_s=breakdown, memory_gib=memory,
                           stages=tuple(stages), micro_batches=m, devices=devices, bottleneck=bottleneck,
                           memory_frac=memory_frac)
+
+
+def first_stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec, memo: dict | None
+                     ) -> tuple[StageCost, DpTraffic]:
+    """Stage 0 of strategy s as `estimate` costs it (its layers, m micro-batches, default links, the committed
+    calibration) and its data-parallel traffic (no later stage's lead: tail 0, as estimate's stage 0), kept in `memo`
+    (one search's) by the strategy, group, model and job objects, which the entry keeps alive: the search's
+    data-parallel bound (search/bounds.py dp_lb_s) asks for both, then the row's estimate, with the same objects."""
+    key = ("first-stage", id(s), id(group), id(model), id(job))
+    hit = memo.get(key) if memo is not None else None
+    if hit is not None and hit[0] is s and hit[1] is group and hit[2] is model and hit[3] is job:
+        return hit[4], hit[5]
+    m = job.global_batch // (s.dp * s.micro_batch)
+    n0 = stage_layers(s, model.layers)[0]
+    st0 = stage_cost(model, group, job, s, 0, 0, n0, m, memo=memo)
+    sync0 = dp_traffic(st0, group, s, job, m, tail_s=0.0, memo=memo)
+    if memo is not None:
+        memo[key] = (s, group, model, job, st0, sync0)
+    return st0, sync0
 
 
 def pipeline_s(stage_times_s: list[float], m: int, vpp: int) -> float:

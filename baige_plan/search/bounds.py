@@ -29,8 +29,8 @@ from baige_plan.cost.estimate import (
     DEEPSPEED_COLLECTIVES_PER_LAYER,
     ZERO3_COLLECTIVES_PER_LAYER,
     adam_bytes_per_param,
-    dp_traffic,
     engine_precision,
+    first_stage_cost,
     stage_cost,
 )
 from baige_plan.cost.execution import EAGER
@@ -371,9 +371,9 @@ class Bounds:
         one stage, where `estimate` costs pp of them."""
         job = self.job
         m = job.global_batch // (s.dp * s.micro_batch)
-        n0 = stage_layers(s, self.model.layers)[0]
-        st0 = stage_cost(self.model, self.group, job, s, 0, 0, n0, m, memo=self.memo)
-        exposed0 = dp_traffic(st0, self.group, s, job, m, tail_s=0.0, memo=self.memo).exposed_s
+        # kept in the memo, where the row's estimate (when it is not skipped) reads both back
+        st0, sync0 = first_stage_cost(self.model, self.group, job, s, self.memo)
+        exposed0 = sync0.exposed_s
         t0 = st0.time_s
         t_max = max(t0, t_max_lb)
         pipe = m * t_max + (t0 + (total_lb - t0_lb) - t_max) / s.vpp
