@@ -340,7 +340,17 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
     act_bytes = r.act_bytes
     fwd = bwd = rec = comp = tp_t = ep_t = cp_t = hw_flops = 0.0
     dense_p = expert_p = act = act_layer_full = 0.0
-    lin, att = _gemm_set(model, s, seq, moe, window)
+    if memo is None:
+        lin, att = _gemm_set(model, s, seq, moe, window)
+    else:
+        # the layer's GEMMs, kept in the search's memo by everything _gemm_set reads (the strategies of a search
+        # repeat them: many differ only in knobs the GEMMs do not see); read-only there, fresh lists here
+        gkey = ("gemm-set", model, seq, moe, window, s.micro_batch, s.cp, s.tp, s.ep, s.etp, s.runtime, s.execution,
+                s.sequence_parallel, s.attention)
+        kept = memo.get(gkey)
+        if kept is None:
+            kept = memo[gkey] = tuple(tuple(x) for x in _gemm_set(model, s, seq, moe, window))
+        lin, att = list(kept[0]), list(kept[1])
     lin = keep_16bit(lin, s, r.chip, r.dtype)   # fp8: the output layer / router the runtime leaves in 16-bit
     # MoE: the layer's extra terms (cost/moe.py); the busiest EP rank sets the pace (mt.load)
     mt = moe_layer_terms(model, s, r, tokens, ep_link, etp_link, lin, ep_split) if moe and model.moe is not None \
