@@ -31,6 +31,10 @@ def test_make_is_the_init():
     _same(make(StageCost, **STAGE, host_s=1.0, sources=(("compute", "analytical"),)),
           StageCost(**STAGE, host_s=1.0, sources=(("compute", "analytical"),)))
     _same(make(DpTraffic, grads_s=1.0, reductions=4), DpTraffic(grads_s=1.0, reductions=4))
+    full = {f.name: getattr(StageCost(**STAGE), f.name) for f in fields(StageCost)}     # every field, in order
+    _same(make(StageCost, **full), StageCost(**full))
+    backwards = dict(reversed(list(full.items())))                                      # every field, out of order
+    _same(make(StageCost, **backwards), StageCost(**backwards))
     # __post_init__ runs: the strategy's normalisation (sequence parallel follows tp) and its checks
     for kw in ({}, {"tp": 4}, {"tp": 1, "sequence_parallel": True}, {"tp": 8, "pp": 2, "vpp": 3, "zero": 3}):
         _same(make(StrategySpec, **kw), StrategySpec(**kw))

@@ -49,9 +49,9 @@ _FACTORY = object()         # a field whose default comes from its default_facto
 
 
 @cache      # one entry per class (a handful)
-def _template(cls: type) -> tuple[dict, frozenset, tuple, object]:
-    """(every field name -> its default, or a marker), the fields without a default, the default-factory fields,
-    cls.__post_init__ or None."""
+def _template(cls: type) -> tuple[dict, tuple, frozenset, tuple, object]:
+    """(every field name -> its default, or a marker), the field names in order, the fields without a default, the
+    default-factory fields, cls.__post_init__ or None."""
     tmpl, factories = {}, []
     for f in fields(cls):
         if not f.init:
@@ -64,7 +64,7 @@ def _template(cls: type) -> tuple[dict, frozenset, tuple, object]:
         else:
             tmpl[f.name] = _REQUIRED
     required = frozenset(k for k, v in tmpl.items() if v is _REQUIRED)
-    return tmpl, required, tuple(factories), getattr(cls, "__post_init__", None)
+    return tmpl, tuple(tmpl), required, tuple(factories), getattr(cls, "__post_init__", None)
 
 
 def make(cls: type, /, **values):
@@ -73,18 +73,21 @@ def make(cls: type, /, **values):
     The generated __init__ of a frozen dataclass sets each field through object.__setattr__, which for the cost
     model's records (StageCost's 24 fields, StrategySpec's 45) costs more than computing them; this fills the
     instance dict at once. TypeError for an unknown or missing field, as __init__ raises."""
-    tmpl, required, factories, post = _template(cls)
-    if not values.keys() >= required:
-        raise TypeError(f"{cls.__name__}: missing field(s) {sorted(required - values.keys())}")
+    tmpl, names, required, factories, post = _template(cls)
     obj = object.__new__(cls)
     d = obj.__dict__
-    d.update(tmpl)
-    d.update(values)
-    if len(d) != len(tmpl):
-        raise TypeError(f"{cls.__name__}: unexpected field(s) {sorted(set(values) - set(tmpl))}")
-    for f in factories:
-        if d[f.name] is _FACTORY:
-            d[f.name] = f.default_factory()
+    if len(values) == len(names) and tuple(values) == names:
+        d.update(values)        # every field given, in field order (stage_cost's StageCost): as they are
+    else:
+        if not values.keys() >= required:
+            raise TypeError(f"{cls.__name__}: missing field(s) {sorted(required - values.keys())}")
+        d.update(tmpl)
+        d.update(values)
+        if len(d) != len(tmpl):
+            raise TypeError(f"{cls.__name__}: unexpected field(s) {sorted(set(values) - set(tmpl))}")
+        for f in factories:
+            if d[f.name] is _FACTORY:
+                d[f.name] = f.default_factory()
     if post is not None:
         post(obj)
     return obj
