@@ -94,7 +94,7 @@ def main() -> None:
     # `plan` allocates hundreds of thousands of small objects and keeps most of them to the end (the search's memo
     # keys, stage costs, estimates), with next to no reference cycles: the cyclic collector's passes over them took
     # 5-10% of a plan and freed under 4 MiB on the 16,384-device one, so that command runs with it paused (this
-    # process only: restored when the command ends; its forked search workers exit without returning here)
+    # process only: enabled again when the command ends; its forked search workers exit without returning here)
     paused = cmd == "plan" and gc.isenabled()
     if paused:
         gc.disable()
@@ -119,4 +119,8 @@ def main() -> None:
         sys.exit(70)
     finally:
         if paused:
+            # the objects the command made are left out of later collections (gc.freeze: still freed by reference
+            # counting): re-enabled as it was, the collector's next pass would scan them all once (~70 ms on the
+            # 512-GPU plan, as the process exits), what pausing it saved
+            gc.freeze()
             gc.enable()
