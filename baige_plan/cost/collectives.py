@@ -32,6 +32,7 @@ import functools
 import math
 from dataclasses import dataclass
 
+from baige_plan.specs.frozen import hash_once
 from baige_plan.specs.link import BandwidthCurve, LinkCurves
 from baige_plan.specs.topology import BridgeSpec, GroupSpec
 
@@ -46,6 +47,7 @@ DEFAULT_NIC_EFF = 0.75      # idem, hierarchical all-reduce per accelerator 73-7
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 
 
+@hash_once
 @dataclass(frozen=True)
 class CurveTerm:
     """One measured curve as a link uses it: `scale` x busbw read at S / `div`."""
@@ -58,6 +60,7 @@ class CurveTerm:
         return self.scale * self.curve.busbw_GBps(size_bytes / self.div)
 
 
+@hash_once
 @dataclass(frozen=True)
 class OpCurve:
     """busbw(S) of one op on one link: the slowest of its measured terms, capped by a constant part
@@ -68,9 +71,13 @@ class OpCurve:
     cap_GBps: float = math.inf
 
     def busbw_GBps(self, size_bytes: float) -> float:
-        return min(self.cap_GBps, min(t.GBps(size_bytes) for t in self.terms))
+        terms = self.terms
+        if len(terms) == 1:         # the common case (read for every collective the search costs): the same value
+            return min(self.cap_GBps, terms[0].GBps(size_bytes))
+        return min(self.cap_GBps, min(t.GBps(size_bytes) for t in terms))
 
 
+@hash_once
 @dataclass(frozen=True)
 class Link:
     """What a collective group sees: bus bandwidth (GB/s) and latency terms (seconds), and the measured

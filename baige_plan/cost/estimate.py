@@ -74,6 +74,7 @@ from baige_plan.cost.recompute import early_stop_skip_s, recompute_early_stop
 from baige_plan.errors import SpecError
 from baige_plan.specs import runtimes
 from baige_plan.specs.calibration import COMMITTED, Calibration
+from baige_plan.specs.frozen import make
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
 from baige_plan.specs.profile import LayerProfile
@@ -244,6 +245,9 @@ MEASURABLE = ("compute", "activation_memory", "optimizer_step")
 
 def join_sources(labels: set[str]) -> str:
     """Measured labels first (sorted), "analytical" last."""
+    if len(labels) == 1:            # the common case (every stage of an analytical estimate): that label
+        for label in labels:
+            return label
     return "+".join(sorted(labels, key=lambda x: (x == ANALYTICAL, x)))
 
 
@@ -305,26 +309,56 @@ def dp_ranks_per_node(dpn: int, s: StrategySpec, size: int) -> int:
     return max(1, min(size, cp_here * min(replicas_here, s.dp)))
 
 
+def _gemm_timer(memo: dict | None, r: ChipRates) -> Callable[..., float]:
+    """gemm_time_s(g, r, passes, bwd) as a function of (g, passes, bwd), memoised in `memo` (one search's) where
+    given: the strategies of a search share a few rates objects (`_strategy_rates`) and repeat the same GEMMs
+    (9 in 10 on the 512-GPU plan). Keyed by the rates object (kept alive in the entry), the GEMM and its fields'
+    types (a GEMM equal to another in value but not in type is costed on its own), so a hit is the same float."""
+    if memo is None:
+        return lambda g, passes=1.0, bwd=False: gemm_time_s(g, r, passes, bwd)
+
+    def timed(g: Gemm, passes: float = 1.0, bwd: bool = False) -> float:
+        key = ("gemm", id(r), g, type(g.m), type(g.n), type(g.k), type(g.count), passes, bwd)
+        hit = memo.get(key)
+        if hit is None or hit[0] is not r:
+            hit = memo[key] = (r, gemm_time_s(g, r, passes, bwd))
+        return hit[1]
+    return timed
+
+
 def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, tokens: float, sp: bool, std: bool,
-                 links: tuple, moe: bool, meas: LayerProfile | None = None, window: bool = False) -> dict[str, float]:
+                 links: tuple, moe: bool, meas: LayerProfile | None = None, window: bool = False,
+                 memo: dict | None = None) -> dict[str, float]:
     """Time, FLOPs, parameters and activations of one transformer layer on one device, per micro-batch.
     `meas`: a measured profile of this layer (specs/profile.py) whose forward/backward/recompute compute
     seconds and stored activation bytes replace the analytical ones where present; communication,
-    FLOPs and parameters stay analytical. The compute parts are returned as lf, lb and rc (recompute)."""
+    FLOPs and parameters stay analytical. The compute parts are returned as lf, lb and rc (recompute).
+    `memo`: stage_cost's (one search's), where GEMM times are kept (`_gemm_timer`); the same numbers without it."""
+    gemm_s = _gemm_timer(memo, r)
     tp_link, cp_link, ep_link, etp_link = links[:4]
     ep_split = links[4] if len(links) > 4 else None     # cost/moe.py EpNodeSplit: an EP group across nodes
     act_bytes = r.act_bytes
     fwd = bwd = rec = comp = tp_t = ep_t = cp_t = hw_flops = 0.0
     dense_p = expert_p = act = act_layer_full = 0.0
-    lin, att = _gemm_set(model, s, seq, moe, window)
+    if memo is None:
+        lin, att = _gemm_set(model, s, seq, moe, window)
+    else:
+        # the layer's GEMMs, kept in the search's memo by everything _gemm_set reads (the strategies of a search
+        # repeat them: many differ only in knobs the GEMMs do not see); read-only there, fresh lists here
+        gkey = ("gemm-set", model, seq, moe, window, s.micro_batch, s.cp, s.tp, s.ep, s.etp, s.runtime, s.execution,
+                s.sequence_parallel, s.attention)
+        kept = memo.get(gkey)
+        if kept is None:
+            kept = memo[gkey] = tuple(tuple(x) for x in _gemm_set(model, s, seq, moe, window))
+        lin, att = list(kept[0]), list(kept[1])
     lin = keep_16bit(lin, s, r.chip, r.dtype)   # fp8: the output layer / router the runtime leaves in 16-bit
     # MoE: the layer's extra terms (cost/moe.py); the busiest EP rank sets the pace (mt.load)
     mt = moe_layer_terms(model, s, r, tokens, ep_link, etp_link, lin, ep_split) if moe and model.moe is not None \
         else None
     load = mt.load if mt is not None else 1.0
-    g_f = sum(gemm_time_s(g, r) * (load if g.name.startswith("expert_") else 1.0) for g in lin)
-    a_f = sum(gemm_time_s(g, r) for g in att)
-    a_b = sum(gemm_time_s(g, r, passes=2, bwd=True) for g in att)
+    g_f = sum(gemm_s(g) * (load if g.name.startswith("expert_") else 1.0) for g in lin)
+    a_f = sum(gemm_s(g) for g in att)
+    a_b = sum(gemm_s(g, passes=2, bwd=True) for g in att)
     out_b, core_b = layer_memory_bytes(model, tokens, s.micro_batch, seq, s.tp, s.cp, sp, std, act_bytes, moe)
     m_f = (out_b + core_b) / r.hbm_Bps
     m_b = 2 * m_f
@@ -384,11 +418,11 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
     # Megatron-core's EP overlap schedules apart from the rest of the layer (cost/moe.py a2a_overlap_pair_s)
     moe_dev_e = moe_dev_r = mlp_f = mlp_b = 0.0
     if mt is not None:
-        experts_f = sum(gemm_time_s(g, r) for g in lin if g.name.startswith("expert_")) * load
+        experts_f = sum(gemm_s(g) for g in lin if g.name.startswith("expert_")) * load
         mlp_f = experts_f + mt.dispatch_fwd_s
         mlp_b = 2 * experts_f + mt.dispatch_bwd_s + mt.expert_bwd_extra_s
         moe_dev_e = mlp_f + mt.ep_s
-        moe_dev_r = sum(gemm_time_s(g, r) for g in lin if g.name == "router")
+        moe_dev_r = sum(gemm_s(g) for g in lin if g.name == "router")
         lb += mt.expert_bwd_extra_s   # torch._grouped_mm experts: backward beyond 2 x forward (cost/moe.py)
     timed = meas is not None and meas.has_times
     if timed:
@@ -421,8 +455,8 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
         kv_blk = 2 * s.micro_batch * seq / s.cp * model.kv_dim / s.tp * act_bytes
         att_step = [Gemm(g.name, g.m, g.n / s.cp if g.name == "attn_qk" else g.n,
                          g.k / s.cp if g.name == "attn_pv" else g.k, g.count, g.kind) for g in att]
-        step_f = sum(gemm_time_s(g, r) for g in att_step)
-        step_b = sum(gemm_time_s(g, r, passes=2, bwd=True) for g in att_step)
+        step_f = sum(gemm_s(g) for g in att_step)
+        step_b = sum(gemm_s(g, passes=2, bwd=True) for g in att_step)
         comm = s.cp_comm or runtimes.get(s.runtime).cp_comm
         cpa = cp_attention(s.cp, comm, step_f, step_b, s.micro_batch * seq / s.cp * model.o_dim
                            / s.tp, kv_blk, act_bytes, r.hbm_Bps, cp_link)
@@ -468,7 +502,7 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
         # reduce-scatters and EP all-to-alls are saved, so they do not run again.
         from baige_plan.specs.runtimes.torchtitan import op_sac_recomputed
         redo = op_sac_recomputed(lin, model.activation)
-        rc = sum(gemm_time_s(g, r) * (load if g.name.startswith("expert_") else 1.0) for g in redo)
+        rc = sum(gemm_s(g) * (load if g.name.startswith("expert_") else 1.0) for g in redo)
         rc = meas.recompute_s if timed else rc + (eager_rec if s.execution == "eager" else m_f)
         t_tp_rc = (n_tp * C.all_gather_s(act_sz, tp_link) if sp else t_tp) if s.tp > 1 else 0.0
         rec += rc + t_tp_rc + t_cp_f
@@ -493,7 +527,7 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
     if "mla_up_proj" in s.recompute_modules and s.recompute == "selective" and model.mla is not None:
         # Megatron recompute_modules mla_up_proj: the q and kv up projections run again in the backward
         redo_up = [g for g in lin if g.name in ("q_up", "q", "kv_up")]
-        rc_up = sum(gemm_time_s(g, r) for g in redo_up)
+        rc_up = sum(gemm_s(g) for g in redo_up)
         rec += rc_up
         comp += rc_up
         hw_flops += sum(g.flops for g in redo_up)
@@ -550,19 +584,20 @@ class _StageContext:
     node split, and its layers' terms (by model, sequence length, dense/MoE and measured profile), each computed
     once."""
 
-    __slots__ = ("r", "rt", "links", "terms")
+    __slots__ = ("r", "rt", "links", "terms", "memo")
 
     def __init__(self, group: GroupSpec, precision: str, s: StrategySpec, calibration: Calibration | None,
-                 moe: bool) -> None:
-        self.r = strategy_rates(group.chip, engine_precision(group, precision, s.runtime), s, calibration)
+                 moe: bool, memo: dict | None = None) -> None:
+        self.r = _strategy_rates(memo, group.chip, engine_precision(group, precision, s.runtime), s, calibration)
+        self.memo = memo
         self.rt = runtimes.get(s.runtime)
         dpn = group.devices_per_node
-        tp_link = C.group_link(group, s.tp, min(s.tp, dpn))
-        cp_link = C.group_link(group, s.cp, _placement_per_node(dpn, s.tp, s.cp))
+        tp_link = _group_link(memo, group, s.tp, min(s.tp, dpn))
+        cp_link = _group_link(memo, group, s.cp, _placement_per_node(dpn, s.tp, s.cp))
         ep_per_node = _placement_per_node(dpn, s.etp, s.ep)
-        ep_link = C.group_link(group, s.ep, ep_per_node)
+        ep_link = _group_link(memo, group, s.ep, ep_per_node)
         ep_split = ep_node_split(group, s.ep, ep_per_node) if moe else None
-        etp_link = C.group_link(group, s.etp, min(s.etp, dpn))
+        etp_link = _group_link(memo, group, s.etp, min(s.etp, dpn))
         self.links = (tp_link, cp_link, ep_link, etp_link, ep_split)
         self.terms: dict = {}
 
@@ -573,10 +608,10 @@ class _StageContext:
         try:
             lt = self.terms.get((model, seq, moe, meas, window))
         except TypeError:           # a hand-built spec that does not hash: cost it directly
-            return _layer_terms(model, s, self.r, seq, tokens, sp, std, self.links, moe, meas, window)
+            return _layer_terms(model, s, self.r, seq, tokens, sp, std, self.links, moe, meas, window, self.memo)
         if lt is None:
             lt = self.terms[(model, seq, moe, meas, window)] = MappingProxyType(
-                _layer_terms(model, s, self.r, seq, tokens, sp, std, self.links, moe, meas, window))
+                _layer_terms(model, s, self.r, seq, tokens, sp, std, self.links, moe, meas, window, self.memo))
         return lt
 
 
@@ -603,6 +638,13 @@ def _stage_context(group: GroupSpec, precision: str, s: StrategySpec, calibratio
     computed."""
     if memo is None:
         return _StageContext(group, precision, s, calibration, moe)
+    # first by the objects themselves: the stages of one strategy (an estimate's, a template's) pass the same s, and
+    # this skips building and hashing its field tuple below. The entry keeps s, group and calibration alive, so their
+    # ids cannot name other objects while it exists (a hit is checked all the same)
+    fast = ("stage-context-of", id(s), id(group), precision, id(calibration), moe)
+    hit = memo.get(fast)
+    if hit is not None and hit[0] is s and hit[1] is group and hit[2] is calibration:
+        return hit[3]
     sk = _context_fields(StrategySpec)(s) if type(s) is StrategySpec else s
     key = ("stage-context", _Same(group), precision, sk, calibration, moe)
     try:
@@ -610,8 +652,62 @@ def _stage_context(group: GroupSpec, precision: str, s: StrategySpec, calibratio
     except TypeError:
         return _StageContext(group, precision, s, calibration, moe)
     if ctx is None:
-        ctx = memo[key] = _StageContext(group, precision, s, calibration, moe)
+        ctx = memo[key] = _StageContext(group, precision, s, calibration, moe, memo)
+    memo[fast] = (s, group, calibration, ctx)
     return ctx
+
+
+# The links below are pure functions of the group and a few integers (cost/collectives.py), asked for again and again
+# by one search (every stage's p2p, every stage's data-parallel sync); with the caller's memo (one search's) each is
+# built once. Keyed by the group object's id, which the entry keeps alive (the group is in the value), so the id
+# cannot name another group while the entry exists; a hit is checked to be that group all the same.
+
+def _group_link(memo: dict | None, group: GroupSpec, n: int, per_node: int, buckets: int = 1) -> C.Link:
+    """C.group_link(group, n, per_node, buckets=buckets), memoised in `memo` (None: computed)."""
+    if memo is None:
+        return C.group_link(group, n, per_node, buckets=buckets)
+    key = ("group-link", id(group), n, per_node, buckets)
+    hit = memo.get(key)
+    if hit is None or hit[0] is not group:
+        hit = memo[key] = (group, C.group_link(group, n, per_node, buckets=buckets))
+    return hit[1]
+
+
+def _strategy_rates(memo: dict | None, chip, precision: str, s: StrategySpec, calibration: Calibration | None
+                    ) -> ChipRates:
+    """strategy_rates(chip, precision, s, calibration), memoised in `memo` by what it reads of s (its attention
+    kernel, or its runtime's) and the chip and calibration objects (kept alive in the entry): the stage contexts of a
+    search share these few rates objects, and with them the GEMM times `_gemm_timer` keeps."""
+    if memo is None:
+        return strategy_rates(chip, precision, s, calibration)
+    key = ("rates", id(chip), precision, s.attention_kernel or runtimes.get(s.runtime).attention_kernel,
+           id(calibration))
+    hit = memo.get(key)
+    if hit is None or hit[0] is not chip or hit[1] is not calibration:
+        hit = memo[key] = (chip, calibration, strategy_rates(chip, precision, s, calibration))
+    return hit[2]
+
+
+def _homogeneous_pp_link(memo: dict | None, group: GroupSpec, s: StrategySpec) -> C.Link:
+    """homogeneous_pp_link(group, s), memoised in `memo` by the pipeline stride it reads of s."""
+    if memo is None:
+        return homogeneous_pp_link(group, s)
+    key = ("pp-link", id(group), s.tp * s.cp * (1 if s.tp_pp_dp_mapping else s.dp))
+    hit = memo.get(key)
+    if hit is None or hit[0] is not group:
+        hit = memo[key] = (group, homogeneous_pp_link(group, s))
+    return hit[1]
+
+
+def _p2p_s(memo: dict | None, msg: float, link: C.Link) -> float:
+    """C.p2p_s(msg, link), memoised in `memo` by the link object (kept alive in the entry, as above) and the size."""
+    if memo is None:
+        return C.p2p_s(msg, link)
+    key = ("p2p-s", id(link), msg)
+    hit = memo.get(key)
+    if hit is None or hit[0] is not link:
+        hit = memo[key] = (link, C.p2p_s(msg, link))
+    return hit[1]
 
 
 def _embedding_act_bytes(model: ModelSpec, s: StrategySpec, tokens: float, act_bytes: int, sp: bool) -> float:
@@ -874,14 +970,14 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
     # Pipeline p2p: each stage boundary sends b*s*h (scatter-gather / SP: /tp) forward and backward.
     pp_t = 0.0
     if s.pp > 1:
-        prev_link, next_link = p2p_links if p2p_links is not None else (homogeneous_pp_link(group, s),) * 2
+        prev_link, next_link = p2p_links if p2p_links is not None else (_homogeneous_pp_link(memo, group, s),) * 2
         msg = tokens * model.hidden * act_bytes / s.tp
         if entry is not None and entry.layer.output_bytes is not None:
             msg = entry.layer.output_bytes / s.tp
         if index > 0 and prev_link is not None:
-            pp_t += C.p2p_s(msg, prev_link) * s.vpp
+            pp_t += _p2p_s(memo, msg, prev_link) * s.vpp
         if index < s.pp - 1 and next_link is not None:
-            pp_t += C.p2p_s(msg, next_link) * s.vpp
+            pp_t += _p2p_s(memo, msg, next_link) * s.vpp
         fwd += pp_t / 2
         bwd += pp_t / 2
         if rt_exec.pipe_partitioned and s.tp > 1 and not sp:
@@ -976,14 +1072,15 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
                ("activation_memory", join_sources(src_a or {ANALYTICAL})),
                ("optimizer_step", label if entry is not None and entry.optimizer_s_per_param is not None
                 else ANALYTICAL))
-    return StageCost(index=index, layers=(first_layer, first_layer + n_layers), fwd_s=fwd, bwd_s=bwd,
-                     compute_s=comp, tp_s=tp_t, cp_s=cp_t, ep_s=ep_t, pp_s=pp_t,
-                     weights_gib=weights / GIB, grads_gib=grads / GIB, optimizer_gib=optim / GIB,
-                     activations_gib=activations / GIB, other_gib=other / GIB,
-                     dense_params=dense_p, expert_params=expert_p, hw_flops=hw_flops,
-                     optimizer_s_per_param=opt_rate, sources=sources,
-                     slack_gib=slack_bytes(mem, allocated, full_rc) / GIB, outside_gib=outside_gib(mem, groups),
-                     host_s=host, host_vs_s=host_vs, host_serial=host_serial)
+    # make: StageCost(...) without its frozen __init__'s 24 object.__setattr__ calls (every stage the search costs)
+    return make(StageCost, index=index, layers=(first_layer, first_layer + n_layers), fwd_s=fwd, bwd_s=bwd,
+                           compute_s=comp, tp_s=tp_t, cp_s=cp_t, ep_s=ep_t, pp_s=pp_t,
+                           weights_gib=weights / GIB, grads_gib=grads / GIB, optimizer_gib=optim / GIB,
+                           activations_gib=activations / GIB, other_gib=other / GIB,
+                           dense_params=dense_p, expert_params=expert_p, hw_flops=hw_flops,
+                           optimizer_s_per_param=opt_rate, sources=sources,
+                           slack_gib=slack_bytes(mem, allocated, full_rc) / GIB, outside_gib=outside_gib(mem, groups),
+                           host_s=host, host_vs_s=host_vs, host_serial=host_serial)
 
 
 # What an overlapped data-parallel collective (the gradient reduction under the backward, the distributed optimizer's
@@ -1064,10 +1161,11 @@ class DpTraffic:
 
 
 def dp_traffic(st: StageCost, group: GroupSpec, s: StrategySpec, job: JobSpec, m: int,
-               calibration: Calibration | None = None, tail_s: float = 0.0) -> DpTraffic:
+               calibration: Calibration | None = None, tail_s: float = 0.0, memo: dict | None = None) -> DpTraffic:
     """DP/ZeRO traffic of one stage per step, with the runtime's schedule of it (specs/runtimes/NAME.py):
     when gradients are reduced (once per step or per micro-batch), what they overlap, and when ZeRO's
-    parameter all-gather runs. `tail_s`: DpTraffic.tail_s (pipelines: the later stages' lead)."""
+    parameter all-gather runs. `tail_s`: DpTraffic.tail_s (pipelines: the later stages' lead). `memo`: stage_cost's
+    (one search's), where the group links are kept; the same numbers with or without it."""
     rt = runtimes.get(s.runtime)
     dpn = group.devices_per_node
     dp_n = s.dp * s.cp
@@ -1076,11 +1174,11 @@ def dp_traffic(st: StageCost, group: GroupSpec, s: StrategySpec, job: JobSpec, m
     shard_grad_op = s.zero == 2 and rt.fsdp_zero2   # FSDP SHARD_GRAD_OP: ZeRO-3 traffic less the backward gather
     pieces = max(1, st.layers[1] - st.layers[0]) * (zero3_collectives_per_layer(s) if s.zero >= 3 or shard_grad_op
                                                     else 1)
-    link = C.group_link(group, dp_n, dp_ranks_per_node(dpn, s, dp_n), buckets=pieces)
+    link = _group_link(memo, group, dp_n, dp_ranks_per_node(dpn, s, dp_n), buckets=pieces)
     # expert data parallelism strides over the expert grid (etp x ep), and with the tp-pp-dp order over the
     # pipeline too (Megatron's expert RankGenerator takes the same order)
     edp_inner = s.tp * s.cp * s.ep * s.etp // max(s.tp, 1) * (s.pp if s.tp_pp_dp_mapping else 1)
-    edp_link = C.group_link(group, s.edp, _placement_per_node(dpn, edp_inner, s.edp), buckets=pieces)
+    edp_link = _group_link(memo, group, s.edp, _placement_per_node(dpn, edp_inner, s.edp), buckets=pieces)
     dense, expert = st.dense_params, st.expert_params
     n_layers = max(1, st.layers[1] - st.layers[0])
     if s.zero >= 3 or shard_grad_op:
@@ -1107,19 +1205,24 @@ def dp_traffic(st: StageCost, group: GroupSpec, s: StrategySpec, job: JobSpec, m
         if rt.zero3_gather(s.pp) == "step":
             # pipelining + FSDP2: one gather before the first forward, one reduce-scatter in the last
             # backward; the stage's parameters stay unsharded in between
-            return DpTraffic(grads_s=C.reduce_scatter_s(size, z_link) + replicas_s,
-                             grad_window_s=st.bwd_s * (1 - 1 / n_layers),
-                             params_s=C.all_gather_s(size, z_link), param_window_s=st.fwd_s,
-                             last_bucket=1 / n_layers, tail_s=tail_s)
+            return make(DpTraffic, grads_s=C.reduce_scatter_s(size, z_link) + replicas_s,
+                                   grad_window_s=st.bwd_s * (1 - 1 / n_layers),
+                                   params_s=C.all_gather_s(size, z_link), param_window_s=st.fwd_s,
+                                   last_bucket=1 / n_layers, tail_s=tail_s)
         # forward gather, backward gather, gradient reduce-scatter; SHARD_GRAD_OP keeps the forward's gather for
         # the backward (reshard_after_forward=False) and reshards after it: two collectives per micro-batch
         n_coll = 2 if shard_grad_op else 3
         per_mb = n_coll * C.all_gather_s(size, z_link)
         per_mb += n_coll * max(0, n_layers * zero3_collectives_per_layer(s) - 1) * C.latency_s(z_link, "all_gather")
         per_mb += replicas_s
-        return DpTraffic(reductions=0, zero3_s=per_mb * m, zero3_compute_s=m * st.time_s,
-                         zero3_overlap=(calibration or COMMITTED).zero3_overlap_for(s.zero3_impl))
-    sync = rt.grad_sync(s.zero, s.pp)
+        return make(DpTraffic, reductions=0, zero3_s=per_mb * m, zero3_compute_s=m * st.time_s,
+                               zero3_overlap=(calibration or COMMITTED).zero3_overlap_for(s.zero3_impl))
+    # the runtime's schedule of the sync, a pure function of (runtime, zero, pp): kept in the search's memo
+    sync = memo.get(("grad-sync", s.runtime, s.zero, s.pp)) if memo is not None else None
+    if sync is None:
+        sync = rt.grad_sync(s.zero, s.pp)
+        if memo is not None:
+            memo[("grad-sync", s.runtime, s.zero, s.pp)] = sync
     gb = precision_state_bytes(job.precision, rt.grad_bytes)[1]   # main-grad bytes (4 in fp32/tf32)
     if bf16_grad_reduce(s, job.precision):
         gb = BF16_GRAD_BYTES
@@ -1134,10 +1237,10 @@ def dp_traffic(st: StageCost, group: GroupSpec, s: StrategySpec, job: JobSpec, m
         grads = reduce(dense * gb, link) + reduce(expert * gb, edp_link)
         params = C.all_gather_s(dense * wb, link) + C.all_gather_s(expert * wb, edp_link)
     overlapped = sync.overlap == "backward" and s.overlap_grad_reduce
-    return DpTraffic(grads_s=grads, reductions=m if sync.grads == "micro_batch" else 1,
-                     grad_window_s=st.bwd_s * (1 - 1 / n_layers) if overlapped else 0.0,
-                     params_s=params, param_window_s=st.fwd_s if sync.params == "next_forward" else 0.0,
-                     last_bucket=1 / n_layers, tail_s=tail_s)
+    return make(DpTraffic, grads_s=grads, reductions=m if sync.grads == "micro_batch" else 1,
+                           grad_window_s=st.bwd_s * (1 - 1 / n_layers) if overlapped else 0.0,
+                           params_s=params, param_window_s=st.fwd_s if sync.params == "next_forward" else 0.0,
+                           last_bucket=1 / n_layers, tail_s=tail_s)
 
 
 def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, s: StrategySpec,
@@ -1155,8 +1258,13 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, s: StrategySp
     split = stage_layers(s, model.layers)
     stages = []
     first = 0
+    sync0 = None    # stage 0's data-parallel traffic, when first_stage_cost has it
     for i, n in enumerate(split):
-        stages.append(stage_cost(model, group, job, s, i, first, n, m, calibration=calibration, memo=memo))
+        if i == 0 and calibration is None and memo is not None:
+            st0, sync0 = first_stage_cost(model, group, job, s, memo)
+            stages.append(st0)
+        else:
+            stages.append(stage_cost(model, group, job, s, i, first, n, m, calibration=calibration, memo=memo))
         first += n
     times = [st.time_s for st in stages]
     t_max = max(times)
@@ -1170,7 +1278,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, s: StrategySp
         # ends sum_{j<i} t_b,j / v before stage 0 (measured on 4x H200, docs/VALIDATION.md "TP and
         # micro-batch": gpt-1.3b pp2 x dp2 stage 1 reaches its optimizer 51-56 ms before stage 0)
         tail = sum(o.bwd_s for o in stages[:st.index]) / s.vpp
-        traffic = dp_traffic(st, group, s, job, m, calibration, tail_s=tail)
+        traffic = sync0 if st.index == 0 and sync0 is not None else \
+            dp_traffic(st, group, s, job, m, calibration, tail_s=tail, memo=memo)
         if traffic.exposed_s >= dp_exposed:
             dp_exposed, dp_total = traffic.exposed_s, traffic.total_s
     # Optimizer step: memory-bound Adam over the locally owned (ZeRO-sharded) parameters.
@@ -1206,12 +1315,31 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, s: StrategySp
     memory = {"weights": mem_stage.weights_gib, "grads": mem_stage.grads_gib, "optimizer": mem_stage.optimizer_gib,
               "activations": mem_stage.activations_gib, "other": mem_stage.other_gib}
     bottleneck = _bottleneck(breakdown, step, fits, peak_mem, capacity * memory_frac, dp_total)
-    return Estimate(strategy=s, global_batch=job.global_batch, fits=fits, step_time_s=step,
-                    tokens_per_s=tokens / step, tokens_per_s_per_device=tokens / step / devices,
-                    model_tflops_per_device=mflops / step / devices / 1e12, mfu=mfu, hfu=hfu,
-                    peak_memory_gib=peak_mem, capacity_gib=capacity, breakdown_s=breakdown, memory_gib=memory,
-                    stages=tuple(stages), micro_batches=m, devices=devices, bottleneck=bottleneck,
-                    memory_frac=memory_frac)
+    return make(Estimate, strategy=s, global_batch=job.global_batch, fits=fits, step_time_s=step,
+                          tokens_per_s=tokens / step, tokens_per_s_per_device=tokens / step / devices,
+                          model_tflops_per_device=mflops / step / devices / 1e12, mfu=mfu, hfu=hfu,
+                          peak_memory_gib=peak_mem, capacity_gib=capacity, breakdown_s=breakdown, memory_gib=memory,
+                          stages=tuple(stages), micro_batches=m, devices=devices, bottleneck=bottleneck,
+                          memory_frac=memory_frac)
+
+
+def first_stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec, memo: dict | None
+                     ) -> tuple[StageCost, DpTraffic]:
+    """Stage 0 of strategy s as `estimate` costs it (its layers, m micro-batches, default links, the committed
+    calibration) and its data-parallel traffic (no later stage's lead: tail 0, as estimate's stage 0), kept in `memo`
+    (one search's) by the strategy, group, model and job objects, which the entry keeps alive: the search's
+    data-parallel bound (search/bounds.py dp_lb_s) asks for both, then the row's estimate, with the same objects."""
+    key = ("first-stage", id(s), id(group), id(model), id(job))
+    hit = memo.get(key) if memo is not None else None
+    if hit is not None and hit[0] is s and hit[1] is group and hit[2] is model and hit[3] is job:
+        return hit[4], hit[5]
+    m = job.global_batch // (s.dp * s.micro_batch)
+    n0 = stage_layers(s, model.layers)[0]
+    st0 = stage_cost(model, group, job, s, 0, 0, n0, m, memo=memo)
+    sync0 = dp_traffic(st0, group, s, job, m, tail_s=0.0, memo=memo)
+    if memo is not None:
+        memo[key] = (s, group, model, job, st0, sync0)
+    return st0, sync0
 
 
 def pipeline_s(stage_times_s: list[float], m: int, vpp: int) -> float:

@@ -37,6 +37,7 @@ from baige_plan.cost.estimate import (
 )
 from baige_plan.cost.flops import megatron_model_flops
 from baige_plan.specs import runtimes
+from baige_plan.specs.frozen import make
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
 from baige_plan.specs.pipeline import PipelineShape, PipelinesSpec, StageSpec, check_pipelines
@@ -58,10 +59,39 @@ def path_link(cluster: ClusterSpec, a: GroupSpec, b: GroupSpec, devices_on_node:
 
 def _stage_strategy(p: PipelinesSpec, sh: PipelineShape, st: StageSpec) -> StrategySpec:
     k = p.knob
-    return StrategySpec(tp=st.tp, pp=len(sh.stages), dp=sh.replicas, cp=k(sh, "cp"), ep=k(sh, "ep"), etp=k(sh, "etp"),
-                        micro_batch=k(sh, "micro_batch"), zero=k(sh, "zero"), vpp=k(sh, "vpp"),
-                        recompute=k(sh, "recompute"), sequence_parallel=bool(k(sh, "sequence_parallel")) and st.tp > 1,
-                        attention=p.attention, **runtimes.knobs(p.runtime))
+    # make: StrategySpec(...) with its checks, without its frozen __init__'s 45 object.__setattr__ calls
+    return make(StrategySpec, tp=st.tp, pp=len(sh.stages), dp=sh.replicas, cp=k(sh, "cp"), ep=k(sh, "ep"),
+                etp=k(sh, "etp"), micro_batch=k(sh, "micro_batch"), zero=k(sh, "zero"), vpp=k(sh, "vpp"),
+                recompute=k(sh, "recompute"), sequence_parallel=bool(k(sh, "sequence_parallel")) and st.tp > 1,
+                attention=p.attention, **runtimes.knobs(p.runtime))
+
+
+def stage_strategy_cached(p: PipelinesSpec, sh: PipelineShape, st: StageSpec, cache: dict | None) -> StrategySpec:
+    """_stage_strategy(p, sh, st), kept in `cache` (one search's) by what it reads: the plan-wide knobs, the shape's
+    replicas, knobs and depth, and the stage's tp (the stages of a shape on one tp share it)."""
+    if cache is None:
+        return _stage_strategy(p, sh, st)
+    key = ("stage-strategy", p.micro_batch, p.zero, p.recompute, p.sequence_parallel, p.attention, p.runtime,
+           sh.replicas, sh.knobs, len(sh.stages), st.tp)
+    s = cache.get(key)
+    if s is None:
+        s = cache[key] = _stage_strategy(p, sh, st)
+    return s
+
+
+def p2p_links_cached(cluster: ClusterSpec, sh: PipelineShape, i: int, cache: dict | None
+                     ) -> tuple[C.Link | None, C.Link | None]:
+    """_p2p_links(cluster, sh, i), kept in `cache` (one search's, on one cluster) by what it reads: the shape's
+    replicas and cp, the stage's group and tp, and its neighbours' groups."""
+    if cache is None:
+        return _p2p_links(cluster, sh, i)
+    st = sh.stages
+    key = ("stage-links", sh.replicas, sh.knobs.cp, st[i].group, st[i].tp, st[i - 1].group if i > 0 else None,
+           st[i + 1].group if i < len(st) - 1 else None)
+    links = cache.get(key)
+    if links is None:
+        links = cache[key] = _p2p_links(cluster, sh, i)
+    return links
 
 
 def _p2p_links(cluster: ClusterSpec, sh: PipelineShape, i: int) -> tuple[C.Link | None, C.Link | None]:
@@ -78,50 +108,67 @@ def _p2p_links(cluster: ClusterSpec, sh: PipelineShape, i: int) -> tuple[C.Link 
     return prev, nxt
 
 
+def stage_neighbourhood(p: PipelinesSpec, sh: PipelineShape, i: int) -> tuple:
+    """What stage i of shape sh's strategy, links and cost are read from besides its layers and micro-batches
+    (`shape_stage_cost`'s key). The plan-wide knobs too: a shape's knobs fall back to them (PipelinesSpec.knob), and
+    one search shares its cache across plans that differ only there (recompute selective vs full)."""
+    st = sh.stages[i]
+    return (sh.replicas, sh.knobs, st.tp, len(sh.stages), i, sh.stages[i - 1].group if i else None, st.group,
+            sh.stages[i + 1].group if i + 1 < len(sh.stages) else None,
+            sh.stages[i - 1].tp if i else 0,
+            p.micro_batch, p.zero, p.recompute, p.sequence_parallel, p.attention, p.runtime)
+
+
+def shape_stage_cost(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: PipelinesSpec, sh: PipelineShape,
+                     i: int, nb: tuple, cache: dict | None) -> tuple[StrategySpec, StageCost]:
+    """(strategy, stage_cost) of stage i of shape sh as `estimate_pipelines` costs it; `nb`:
+    stage_neighbourhood(p, sh, i). With a cache, one look-up by that small key replaces hashing the strategy and
+    links (the search's polish estimates long pipelines thousands of times, each differing from the last in two
+    stages)."""
+    st = sh.stages[i]
+    skey = ("stage", nb, st.layers, sh.micro_batches)
+    hit = cache.get(skey) if cache is not None else None
+    if hit is None:
+        ctx = cache.get(("ctx", nb)) if cache is not None else None
+        if ctx is None:
+            ctx = (stage_strategy_cached(p, sh, st, cache), p2p_links_cached(cluster, sh, i, cache))
+            if cache is not None:
+                cache[("ctx", nb)] = ctx
+        s, links = ctx
+        hit = (s, stage_cost(model, cluster.group(st.group), job, s, i, st.layers[0], st.n_layers, sh.micro_batches,
+                             p2p_links=links, memo=cache))
+        if cache is not None:
+            cache[skey] = hit
+    return hit
+
+
 def estimate_pipelines(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: PipelinesSpec,
                        memory_frac: float = 1.0, cache: dict | None = None) -> Estimate:
     """Exact estimate of a heterogeneous plan. `cache` (a dict owned by the caller, e.g. one search)
     memoises stage costs, which depend only on their own arguments (and is stage_cost's `memo`)."""
-    check_pipelines(p, model, cluster, job)
+    check_pipelines(p, model, cluster, job, cache)
     groups = {g.name: g for g in cluster.groups}
     shapes = []
-    strategies: dict[int, list[StrategySpec]] = {}
-    # per stage, what its strategy, links and cost are read from (nb below, its layers and micro-batches): with a
-    # cache, one look-up by that small key replaces hashing the strategy and links (the search's polish estimates
-    # long pipelines thousands of times, each differing from the last in two stages)
-    nbs: dict[int, list[tuple]] = {}
+    strategies: dict[int, tuple[StrategySpec, ...]] = {}
+    # per stage, what its strategy, links and cost are read from (nb below, its layers and micro-batches)
+    nbs: dict[int, tuple[tuple, ...]] = {}
     for sh in p.shapes:
-        costs = []
-        strategies[id(sh)] = []
-        nbs[id(sh)] = []
-        for i, st in enumerate(sh.stages):
-            g = groups[st.group]
-            # the plan-wide knobs too: a shape's knobs fall back to them (PipelinesSpec.knob), and one search
-            # shares its cache across plans that differ only there (recompute selective vs full)
-            nb = (sh.replicas, sh.knobs, st.tp, len(sh.stages), i, sh.stages[i - 1].group if i else None, st.group,
-                  sh.stages[i + 1].group if i + 1 < len(sh.stages) else None,
-                  sh.stages[i - 1].tp if i else 0,
-                  p.micro_batch, p.zero, p.recompute, p.sequence_parallel, p.attention, p.runtime)
-            nbs[id(sh)].append(nb)
-            skey = ("stage", nb, st.layers, sh.micro_batches)
-            hit = cache.get(skey) if cache is not None else None
-            if hit is None:
-                ctx = cache.get(("ctx", nb)) if cache is not None else None
-                if ctx is None:
-                    ctx = (_stage_strategy(p, sh, st), _p2p_links(cluster, sh, i))
-                    if cache is not None:
-                        cache[("ctx", nb)] = ctx
-                s, links = ctx
-                hit = (s, stage_cost(model, g, job, s, i, st.layers[0], st.n_layers, sh.micro_batches,
-                                     p2p_links=links, memo=cache))
-                if cache is not None:
-                    cache[skey] = hit
-            s, c = hit
-            costs.append(c)
-            strategies[id(sh)].append(s)
-        times = [c.time_s for c in costs]
-        pipe = pipeline_s(times, sh.micro_batches, p.knob(sh, "vpp"))
-        shapes.append((sh, tuple(costs), pipe))
+        # a shape's stage costs and pipeline time read the shape and the plan-wide knobs only (stage_neighbourhood):
+        # a plan that keeps a shape object of one estimated before (the polish moves one shape at a time) reads
+        # them back whole, by the shape object (kept alive in the entry) and those knobs
+        whole = ("shape-costs", id(sh), p.micro_batch, p.zero, p.recompute, p.sequence_parallel, p.attention,
+                 p.runtime)
+        hit = cache.get(whole) if cache is not None else None
+        if hit is None or hit[0] is not sh:
+            nbl = tuple(stage_neighbourhood(p, sh, i) for i in range(len(sh.stages)))
+            sc = [shape_stage_cost(model, cluster, job, p, sh, i, nb, cache) for i, nb in enumerate(nbl)]
+            costs = tuple(c for _, c in sc)
+            pipe = pipeline_s([c.time_s for c in costs], sh.micro_batches, p.knob(sh, "vpp"))
+            hit = (sh, costs, tuple(s for s, _ in sc), nbl, pipe)
+            if cache is not None:
+                cache[whole] = hit
+        _, costs, strategies[id(sh)], nbs[id(sh)], pipe = hit
+        shapes.append((sh, costs, pipe))
 
     bridge_traffic: dict[tuple[str, str, str], float] = {}
     # per shape: stage layer starts, ends and groups, for overlap look-ups
@@ -146,7 +193,7 @@ def estimate_pipelines(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: 
             dkey2 = ("dp-stage", nb, st.layers, sh.micro_batches, tail)
             hit = cache.get(dkey2) if cache is not None else None
             if hit is None:
-                traffic = dp_traffic(c, g, s, job, sh.micro_batches, tail_s=tail)
+                traffic = dp_traffic(c, g, s, job, sh.micro_batches, tail_s=tail, memo=cache)
                 hit = (traffic, traffic.exposed_s)
                 if cache is not None:
                     cache[dkey2] = hit
@@ -222,15 +269,15 @@ def estimate_pipelines(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: 
     # the first shape's widest stage as it runs (its own knobs over the plan-wide values), over every replica
     summary = replace(_stage_strategy(p, first, max(first.stages, key=lambda st: st.tp)),
                       dp=sum(s_.replicas for s_ in p.shapes))
-    return Estimate(strategy=summary, global_batch=job.global_batch, fits=fits, step_time_s=step,
-                    tokens_per_s=tokens / step, tokens_per_s_per_device=tokens / step / devices,
-                    model_tflops_per_device=mflops / step / devices / 1e12, mfu=mflops / (step * peak_sum),
-                    hfu=hw / (step * peak_sum), peak_memory_gib=mstage.memory_gib, capacity_gib=cap,
-                    breakdown_s=breakdown, memory_gib=memory, stages=costs, micro_batches=m, devices=devices,
-                    bottleneck=_bottleneck(breakdown, step, fits, mstage.memory_gib, cap * memory_frac, 0.0),
-                    shapes=tuple((s_.replicas, s_.micro_batches, c_, t_) for s_, c_, t_ in shapes),
-                    bridge_traffic=tuple((a, b, kind, t) for (a, b, kind), t in sorted(bridge_traffic.items())),
-                    memory_frac=memory_frac)
+    return make(Estimate, strategy=summary, global_batch=job.global_batch, fits=fits, step_time_s=step,
+                          tokens_per_s=tokens / step, tokens_per_s_per_device=tokens / step / devices,
+                          model_tflops_per_device=mflops / step / devices / 1e12, mfu=mflops / (step * peak_sum),
+                          hfu=hw / (step * peak_sum), peak_memory_gib=mstage.memory_gib, capacity_gib=cap,
+                          breakdown_s=breakdown, memory_gib=memory, stages=costs, micro_batches=m, devices=devices,
+                          bottleneck=_bottleneck(breakdown, step, fits, mstage.memory_gib, cap * memory_frac, 0.0),
+                          shapes=tuple((s_.replicas, s_.micro_batches, c_, t_) for s_, c_, t_ in shapes),
+                          bridge_traffic=tuple((a, b, kind, t) for (a, b, kind), t in sorted(bridge_traffic.items())),
+                          memory_frac=memory_frac)
 
 
 def _overlapping_groups(spans, rng: tuple[int, int]) -> set[str]:

@@ -29,8 +29,8 @@ from baige_plan.cost.estimate import (
     DEEPSPEED_COLLECTIVES_PER_LAYER,
     ZERO3_COLLECTIVES_PER_LAYER,
     adam_bytes_per_param,
-    dp_traffic,
     engine_precision,
+    first_stage_cost,
     stage_cost,
 )
 from baige_plan.cost.execution import EAGER
@@ -50,6 +50,7 @@ from baige_plan.cost.params import layer_params_split
 from baige_plan.search.space import COL
 from baige_plan.specs import runtimes
 from baige_plan.specs.calibration import COMMITTED
+from baige_plan.specs.frozen import make
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
 from baige_plan.specs.strategy import ATTENTION, RECOMPUTE, StrategySpec, stage_layers
@@ -273,8 +274,8 @@ class Bounds:
         L MoE layers paired (u -> 0) give a per-layer bound for any stage."""
         tp, cp, mb, sp, ep, etp, att, rec = key
         m = self.model
-        s = StrategySpec(tp=tp, pp=3, dp=ep * etp, cp=cp, ep=ep, etp=etp, micro_batch=mb, recompute=RECOMPUTE[rec],
-                         sequence_parallel=bool(sp), attention=ATTENTION[att], **self.knobs)
+        s = make(StrategySpec, tp=tp, pp=3, dp=ep * etp, cp=cp, ep=ep, etp=etp, micro_batch=mb,
+                 recompute=RECOMPUTE[rec], sequence_parallel=bool(sp), attention=ATTENTION[att], **self.knobs)
         # the cheapest layer of each kind: a sliding-window layer where the model has them (fewer keys, never slower)
         def pick(moe: bool) -> int | None:
             kind = (i for i in range(m.layers) if m.is_moe_layer(i) == moe)
@@ -370,9 +371,9 @@ class Bounds:
         one stage, where `estimate` costs pp of them."""
         job = self.job
         m = job.global_batch // (s.dp * s.micro_batch)
-        n0 = stage_layers(s, self.model.layers)[0]
-        st0 = stage_cost(self.model, self.group, job, s, 0, 0, n0, m, memo=self.memo)
-        exposed0 = dp_traffic(st0, self.group, s, job, m, tail_s=0.0).exposed_s
+        # kept in the memo, where the row's estimate (when it is not skipped) reads both back
+        st0, sync0 = first_stage_cost(self.model, self.group, job, s, self.memo)
+        exposed0 = sync0.exposed_s
         t0 = st0.time_s
         t_max = max(t0, t_max_lb)
         pipe = m * t_max + (t0 + (total_lb - t0_lb) - t_max) / s.vpp

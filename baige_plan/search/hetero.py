@@ -64,7 +64,7 @@ from itertools import accumulate, product
 import numpy as np
 
 from baige_plan.cost.estimate import Estimate, stage_cost
-from baige_plan.cost.hetero import _p2p_links, _stage_strategy
+from baige_plan.cost.hetero import p2p_links_cached, stage_strategy_cached
 from baige_plan.errors import SpecError
 from baige_plan.search.forked import in_parallel, usable_cores
 from baige_plan.search.hetero_templates import (
@@ -156,8 +156,9 @@ def _affine(model, cluster, job, p_base: PipelinesSpec, shape_stages, j, i, m,
     links = cache.get(l_in) if cache is not None else None
     if s is None or links is None:
         shape = replace(sh, micro_batches=m, stages=tuple(shape_stages))
-        s = _stage_strategy(p_base, shape, st) if s is None else s
-        links = _p2p_links(cluster, shape, i) if links is None else links
+        # (the exact estimates of the template's solutions read the same entries: cost/hetero.py)
+        s = stage_strategy_cached(p_base, shape, st, cache) if s is None else s
+        links = p2p_links_cached(cluster, shape, i, cache) if links is None else links
         if cache is not None:
             cache[s_in], cache[l_in] = s, links
     key = ("affine", g.name, s, i, m, links)

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from itertools import combinations, permutations, product
 
 from baige_plan.cost.compute import ChipRates
-from baige_plan.cost.estimate import Estimate, StageCost, engine_precision, stage_cost
-from baige_plan.cost.hetero import _p2p_links, _stage_strategy, estimate_pipelines
+from baige_plan.cost.estimate import Estimate, StageCost, engine_precision
+from baige_plan.cost.hetero import estimate_pipelines, shape_stage_cost, stage_neighbourhood
 from baige_plan.errors import SpecError
 from baige_plan.specs import runtimes
 from baige_plan.specs.job import JobSpec
@@ -202,10 +202,9 @@ def _first_stage(model: ModelSpec, cl: ClusterSpec, job: JobSpec, p: PipelinesSp
     """Stage 0 of a one-shape plan, costed exactly as cost/hetero.py estimate_pipelines costs it (the same
     stage_cost call); None when the cost model refuses it (the estimate then says so)."""
     sh = p.shapes[0]
-    st = sh.stages[0]
     try:
-        return stage_cost(model, cl.group(st.group), job, _stage_strategy(p, sh, st), 0, st.layers[0], st.n_layers,
-                          sh.micro_batches, p2p_links=_p2p_links(cl, sh, 0), memo=memo)
+        # kept in `memo` where estimate_pipelines reads it: the plan's exact estimate does not cost it again
+        return shape_stage_cost(model, cl, job, p, sh, 0, stage_neighbourhood(p, sh, 0), memo)[1]
     except SpecError:
         return None
 

@@ -88,7 +88,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, bounds: Bounds 
             status = "FEASIBLE"
             gap = max(0.0, (best[0][0] - float(lb[i])) / best[0][0])
             break
-        key = tuple(int(x) for x in rows[i])
+        key = tuple(rows[i].tolist())     # Python ints, as int(x) of each gives
         s = to_strategy(key, bounds.runtime)
         if dp_bound and len(best) >= top and key[pp_col] > 1:
             # 5. a pipelined row whose bound with stage 0 and its data-parallel sync costed exactly

@@ -27,6 +27,7 @@ import numpy as np
 from baige_plan.errors import SpecError
 from baige_plan.limits import MAX_CANDIDATES, MAX_DEVICES
 from baige_plan.specs import runtimes
+from baige_plan.specs.frozen import make
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
 from baige_plan.specs.strategy import ATTENTION, RECOMPUTE, StrategySpec, a2a_overlap_refusal, chunk_layers
@@ -391,7 +392,8 @@ def _strategy_fields(c: Cand) -> dict:
 
 def to_strategy(c: Cand, runtime: str = runtimes.DEFAULT) -> StrategySpec:
     """The candidate as a strategy run (and costed) by `runtime`."""
-    return StrategySpec(**_strategy_fields(c), **runtimes.knobs(runtime))
+    # make: StrategySpec(...) with its checks, without its frozen __init__'s 45 object.__setattr__ calls
+    return make(StrategySpec, **_strategy_fields(c), **runtimes.knobs(runtime))
 
 
 def from_strategy(s: StrategySpec) -> Cand:

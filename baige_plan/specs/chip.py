@@ -47,6 +47,8 @@ class EfficiencyCurve:
             require(f > prev, f"points[{i}]", f"gemm_flops must increase, got {f} after {prev}")
             require(0.0 < e <= 1.0, f"points[{i}]", f"efficiency must be in (0, 1], got {e}")
             prev = f
+        # log10 of each point's FLOPs, which `at` (every GEMM the search costs) would otherwise take again each time
+        object.__setattr__(self, "_log10_flops", tuple(math.log10(f) for f, _ in self.points))
 
     def at(self, gemm_flops: float) -> float:
         pts = self.points
@@ -55,9 +57,10 @@ class EfficiencyCurve:
         if gemm_flops >= pts[-1][0]:
             return pts[-1][1]
         x = math.log10(gemm_flops)
-        for (f0, e0), (f1, e1) in zip(pts, pts[1:], strict=False):
+        logs = self._log10_flops
+        for k, ((_f0, e0), (f1, e1)) in enumerate(zip(pts, pts[1:], strict=False)):
             if gemm_flops <= f1:
-                x0, x1 = math.log10(f0), math.log10(f1)
+                x0, x1 = logs[k], logs[k + 1]
                 return e0 + (e1 - e0) * (x - x0) / (x1 - x0)
         return pts[-1][1]  # unreachable
 

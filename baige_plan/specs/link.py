@@ -24,6 +24,7 @@ from bisect import bisect_left
 from dataclasses import dataclass
 
 from baige_plan.errors import SpecError, require
+from baige_plan.specs.frozen import hash_once
 
 LINK_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
 METRICS = ("busbw", "algbw")
@@ -44,6 +45,7 @@ def _is_int(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+@hash_once
 @dataclass(frozen=True)
 class BandwidthCurve:
     """Bus bandwidth (GB/s) of `op` by message size (bytes), measured on `n` ranks, `per_node` per node
@@ -99,10 +101,15 @@ class BandwidthCurve:
         if size_bytes >= pts[-1][0]:
             return pts[-1][1]
         i = bisect_left(pts, (size_bytes, -math.inf))   # first point with bytes >= size
-        (x0, y0), (x1, y1) = pts[i - 1], pts[i]
+        (_x0, y0), (x1, y1) = pts[i - 1], pts[i]
         if size_bytes == x1:
             return y1
-        w = (math.log(size_bytes) - math.log(x0)) / (math.log(x1) - math.log(x0))
+        # the log of each point's size, taken once and kept (not pickled: hash_once), the same floats
+        logs = self.__dict__.get("_log_bytes")
+        if logs is None:
+            logs = tuple(math.log(b) for b, _ in pts)
+            object.__setattr__(self, "_log_bytes", logs)
+        w = (math.log(size_bytes) - logs[i - 1]) / (logs[i] - logs[i - 1])
         return y0 + (y1 - y0) * w
 
     def time_s(self, size_bytes: float) -> float:
@@ -112,6 +119,7 @@ class BandwidthCurve:
         return size_bytes * busbw_factor(self.op, self.n) / (self.busbw_GBps(size_bytes) * 1e9)
 
 
+@hash_once
 @dataclass(frozen=True)
 class LinkCurves:
     """The measured curves of one link domain (scale-up, NIC or a bridge)."""
@@ -136,7 +144,15 @@ class LinkCurves:
     def pick(self, op: str, n: int, per_node: int) -> BandwidthCurve | None:
         """The curve of `op` measured closest to a use on `n` ranks, `per_node` per node: nearest
         per_node first (it sets how many ranks share a node's links), then nearest n, both by
-        |log ratio|; ties go to the larger measurement. None when `op` has no curve."""
+        |log ratio|; ties go to the larger measurement. None when `op` has no curve. Each answer is kept on the
+        (frozen) object: the search asks the same few questions thousands of times a plan."""
+        picks = self.__dict__.get("_picks")
+        if picks is None:
+            picks = {}
+            object.__setattr__(self, "_picks", picks)
+        q = (op, n, per_node)
+        if q in picks:
+            return picks[q]
         best, key = None, None
         for c in self.curves:
             if c.op != op:
@@ -145,4 +161,5 @@ class LinkCurves:
                  -c.ranks_per_node, -c.n)
             if key is None or k < key:
                 best, key = c, k
+        picks[q] = best
         return best

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from baige_plan.errors import require
 from baige_plan.limits import MAX_EXPERTS, MAX_LAYERS, MAX_SEQ_LEN, MAX_VOCAB, MAX_WIDTH
+from baige_plan.specs.frozen import hash_once
 
 ACTIVATIONS = ("swiglu", "gelu")
 # What a runtime needs to build the same model (issue 17). Every field defaults to None ("not recorded"):
@@ -140,6 +141,7 @@ class MLASpec:
             _pos_int(self.q_lora_rank, "mla.q_lora_rank")
 
 
+@hash_once
 @dataclass(frozen=True)
 class ModelSpec:
     name: str
@@ -281,6 +283,8 @@ class ModelSpec:
         return sum(1 for i in range(self.layers) if self.is_moe_layer(i))
 
     def moe_layers_in(self, start: int, end: int) -> int:
+        if self.moe is None:        # a dense model (every stage the cost model costs asks): no layer to count
+            return 0
         return sum(1 for i in range(start, end) if self.is_moe_layer(i))
 
 

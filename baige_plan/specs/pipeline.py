@@ -3,16 +3,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from baige_plan.errors import SpecError, require
 from baige_plan.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_LAYERS
+from baige_plan.specs.frozen import hash_once
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
 from baige_plan.specs.strategy import ATTENTION, RECOMPUTE
 from baige_plan.specs.topology import ClusterSpec
 
 
+@hash_once
 @dataclass(frozen=True)
 class StageSpec:
     group: str
@@ -24,6 +26,7 @@ class StageSpec:
         return self.layers[1] - self.layers[0]
 
 
+@hash_once
 @dataclass(frozen=True)
 class ShapeKnobs:
     """Per-shape strategy settings; None = the plan-wide value (PipelinesSpec)."""
@@ -38,7 +41,11 @@ class ShapeKnobs:
     sequence_parallel: bool | None = None
 
     def items(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if v is not None}
+        # by field, in field order (the instance dict also holds hash_once's kept hash)
+        return {k: v for k in _KNOB_FIELDS if (v := getattr(self, k)) is not None}
+
+
+_KNOB_FIELDS = tuple(f.name for f in fields(ShapeKnobs))
 
 
 @dataclass(frozen=True)
@@ -127,13 +134,20 @@ def _check_stage_types(st: StageSpec, w: str) -> None:
         raise SpecError(f"{w}.tp", f"expected an integer, got {_short(st.tp)}")
 
 
-def check_pipelines(p: PipelinesSpec, model: ModelSpec, cluster: ClusterSpec, job: JobSpec) -> None:
+def check_pipelines(p: PipelinesSpec, model: ModelSpec, cluster: ClusterSpec, job: JobSpec,
+                    memo: dict | None = None) -> None:
     """Every shape covers layers [0, L) once, contiguously; tp divides heads and kv heads and stays
-    inside a node; the batch adds up; no group is over-subscribed."""
+    inside a node; the batch adds up; no group is over-subscribed. `memo`: a dict the caller owns (one search, one
+    model and cluster) in which the shapes that passed their own checks are kept, by the shape object (kept alive
+    in the entry): a plan that keeps a shape of one checked before (the polish moves one shape at a time) checks
+    only the others and the plan-wide sums. The same errors with or without it."""
     require(len(p.shapes) >= 1, "pipelines", "needs at least one pipeline shape")
     _check_plan_wide(p)
     groups = {g.name: g for g in cluster.groups}
     for si, sh in enumerate(p.shapes):
+        passed = ("shape-checked", id(sh))
+        if memo is not None and (hit := memo.get(passed)) is not None and hit is sh:
+            continue        # its checks read the shape, the model and the cluster's groups only
         where = f"pipelines[{si}]"
         if not (_is_int(sh.replicas) and _is_int(sh.micro_batches) and sh.replicas >= 1 and sh.micro_batches >= 1):
             raise SpecError(where, f"replicas={_short(sh.replicas)} and micro_batches={_short(sh.micro_batches)} must "
@@ -165,9 +179,14 @@ def check_pipelines(p: PipelinesSpec, model: ModelSpec, cluster: ClusterSpec, jo
             if g.devices_per_node % st.tp:
                 raise SpecError(f"{where}.stages[{i}].tp", f"tp={st.tp} must divide the {g.devices_per_node} devices "
                                 f"of a {st.group} node (TP stays in a node)")
-        require(nxt == model.layers, f"{where}.stages", f"layers end at {nxt}, the model has {model.layers}")
-    require(p.sequences == job.global_batch, "pipelines",
-            f"sum(replicas x micro_batches x micro_batch) = {p.sequences} must equal global_batch={job.global_batch}")
+        if nxt != model.layers:
+            raise SpecError(f"{where}.stages", f"layers end at {nxt}, the model has {model.layers}")
+        if memo is not None:
+            memo[passed] = sh
+    if p.sequences != job.global_batch:
+        raise SpecError("pipelines", f"sum(replicas x micro_batches x micro_batch) = {p.sequences} must equal "
+                        f"global_batch={job.global_batch}")
     for name, used in sorted(p.devices_by_group().items()):
         have = cluster.group(name).devices
-        require(used <= have, "pipelines", f"group {name!r} is asked for {used} devices, it has {have}")
+        if not used <= have:
+            raise SpecError("pipelines", f"group {name!r} is asked for {used} devices, it has {have}")

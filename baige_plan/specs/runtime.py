@@ -31,7 +31,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from baige_plan.errors import require
+from baige_plan.errors import SpecError, require
+from baige_plan.specs.frozen import hash_once
 
 # Device memory figures every PyTorch-based runtime shares (MemorySemantics; cost/memory.py reads them).
 # Measured (docs/COST_MODEL.md "Memory model"):
@@ -72,9 +73,14 @@ class GradSync:
     params: str = "next_forward"
 
     def __post_init__(self) -> None:
-        require(self.grads in GRADS, "grads", f"must be one of {GRADS}, got {self.grads!r}")
-        require(self.overlap in OVERLAP, "overlap", f"must be one of {OVERLAP}, got {self.overlap!r}")
-        require(self.params in PARAMS, "params", f"must be one of {PARAMS}, got {self.params!r}")
+        # built for every stage's data-parallel sync the search costs (RuntimeSpec.grad_sync): each message only
+        # when its check fails
+        if self.grads not in GRADS:
+            raise SpecError("grads", f"must be one of {GRADS}, got {self.grads!r}")
+        if self.overlap not in OVERLAP:
+            raise SpecError("overlap", f"must be one of {OVERLAP}, got {self.overlap!r}")
+        if self.params not in PARAMS:
+            raise SpecError("params", f"must be one of {PARAMS}, got {self.params!r}")
 
 
 @dataclass(frozen=True)
@@ -124,6 +130,7 @@ SELECTIVE = ("core_attention", "op_sac")
 LOSSES = ("fused", "eager_fp32")
 
 
+@hash_once
 @dataclass(frozen=True)
 class MemorySemantics:
     """What a runtime allocates on a device (cost/memory.py reads it; docs/COST_MODEL.md "Memory model").

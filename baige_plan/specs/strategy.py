@@ -117,23 +117,26 @@ class StrategySpec:
                                             # into the 16-bit logits: cost/estimate.py _logits_terms
 
     def __post_init__(self) -> None:
+        # hot: the search builds thousands of strategies, so each check below builds its message only when it fails
+        # (`if not ...: raise`, the same error `require` raises)
         for k in ("tp", "pp", "dp", "cp", "ep", "etp", "micro_batch", "vpp"):
             _pos(getattr(self, k), k)
-        require(self.zero in (0, 1, 2, 3), "zero", f"must be 0, 1, 2 or 3, got {self.zero!r}")
-        require(self.recompute in RECOMPUTE, "recompute",
-                f"must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
-        require(self.attention in ATTENTION, "attention",
-                f"must be one of {', '.join(ATTENTION)}, got {self.attention!r}")
-        require(self.execution in ("fused", "eager"), "execution",
-                f"must be fused or eager, got {self.execution!r}")
-        require(self.zero3_impl in ("fsdp", "deepspeed"), "zero3_impl",
-                f"must be fsdp or deepspeed, got {self.zero3_impl!r}")
+        if self.zero not in (0, 1, 2, 3):
+            raise SpecError("zero", f"must be 0, 1, 2 or 3, got {self.zero!r}")
+        if self.recompute not in RECOMPUTE:
+            raise SpecError("recompute", f"must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
+        if self.attention not in ATTENTION:
+            raise SpecError("attention", f"must be one of {', '.join(ATTENTION)}, got {self.attention!r}")
+        if self.execution not in ("fused", "eager"):
+            raise SpecError("execution", f"must be fused or eager, got {self.execution!r}")
+        if self.zero3_impl not in ("fsdp", "deepspeed"):
+            raise SpecError("zero3_impl", f"must be fsdp or deepspeed, got {self.zero3_impl!r}")
         if self.optimizer_bytes_per_param:     # 0 (the runtime's) is the common case: no message built (hot)
             ob = self.optimizer_bytes_per_param
             require(isinstance(ob, (int, float)) and not isinstance(ob, bool) and 0 < ob <= 64,
                     "optimizer_bytes_per_param", f"must be from 0 to 64, got {ob!r}")
-        require(self.attention_kernel in ("", "fa2", "cudnn", "fa3"), "attention_kernel",
-                f"must be fa2, cudnn or fa3, got {self.attention_kernel!r}")
+        if self.attention_kernel not in ("", "fa2", "cudnn", "fa3"):
+            raise SpecError("attention_kernel", f"must be fa2, cudnn or fa3, got {self.attention_kernel!r}")
         # the per-run release fields: their defaults (0, "") are the common case, so no message is built (hot: the
         # search constructs a strategy per candidate)
         if self.fsdp_shard:
@@ -159,14 +162,15 @@ class StrategySpec:
         if self.cp_comm:
             require(self.cp_comm in ("p2p", "allgather", "torch_ring"), "cp_comm",
                     f"must be p2p, allgather or torch_ring, got {self.cp_comm!r}")
-        require(self.fp8_recipe in ("", "delayed", "current", "mxfp8"), "fp8_recipe",
-                f"must be delayed, current or mxfp8, got {self.fp8_recipe!r}")
-        require(self.moe_dispatcher in ("", "alltoall", "allgather", "flex"), "moe_dispatcher",
-                f"must be alltoall, allgather or flex, got {self.moe_dispatcher!r}")
-        require(self.loss_kernel in ("", "flash_xent", "megatron_unfused", "te_xent"), "loss_kernel",
-                f"must be flash_xent, megatron_unfused or te_xent (or empty: the runtime's), got {self.loss_kernel!r}")
-        require(self.recompute_early_stop in ("", "on", "off"), "recompute_early_stop",
-                f"must be on or off, got {self.recompute_early_stop!r}")
+        if self.fp8_recipe not in ("", "delayed", "current", "mxfp8"):
+            raise SpecError("fp8_recipe", f"must be delayed, current or mxfp8, got {self.fp8_recipe!r}")
+        if self.moe_dispatcher not in ("", "alltoall", "allgather", "flex"):
+            raise SpecError("moe_dispatcher", f"must be alltoall, allgather or flex, got {self.moe_dispatcher!r}")
+        if self.loss_kernel not in ("", "flash_xent", "megatron_unfused", "te_xent"):
+            raise SpecError("loss_kernel", "must be flash_xent, megatron_unfused or te_xent (or empty: the runtime's), "
+                            f"got {self.loss_kernel!r}")
+        if self.recompute_early_stop not in ("", "on", "off"):
+            raise SpecError("recompute_early_stop", f"must be on or off, got {self.recompute_early_stop!r}")
         if self.moe_a2a_overlap:
             # megatron-core TransformerConfig.__post_init__ (overlap_moe_expert_parallel_comm)
             require(self.moe_a2a_overlap is True, "moe_a2a_overlap", f"must be true or false, got {self.moe_a2a_overlap!r}")
@@ -180,12 +184,14 @@ class StrategySpec:
         if self.tp == 1 and self.sequence_parallel:
             # SP shards along the TP group; with tp=1 it is a no-op, so store the canonical form.
             object.__setattr__(self, "sequence_parallel", False)
-        require(self.vpp == 1 or self.pp > 1, "vpp", f"vpp={self.vpp} needs pp > 1 (pp={self.pp})")
+        if not (self.vpp == 1 or self.pp > 1):
+            raise SpecError("vpp", f"vpp={self.vpp} needs pp > 1 (pp={self.pp})")
         for k in ("first_stage_layers", "last_stage_layers"):
             v = getattr(self, k)
             if v is not None:
                 _pos(v, k)
-                require(self.pp > 1, k, f"{k}={v} needs pp > 1 (pp={self.pp})")
+                if not self.pp > 1:
+                    raise SpecError(k, f"{k}={v} needs pp > 1 (pp={self.pp})")
         if self.recompute_modules:
             bad = [x for x in self.recompute_modules.split(",") if x not in RECOMPUTE_MODULES]
             require(not bad, "recompute_modules", f"must list {', '.join(RECOMPUTE_MODULES)}, got {bad!r}")
@@ -256,41 +262,54 @@ def a2a_overlap_refusal(*, model: ModelSpec | None = None, runtime: str | None =
 
 def check_strategy(s: StrategySpec, model: ModelSpec, job: JobSpec, devices: int | None = None) -> None:
     """Raise SpecError (field, reason naming the values) when `s` cannot run `model` for `job`."""
+    # hot (every estimate of the search, chunk_layers below for every stage split): each message is built only
+    # when its check fails
     if devices is not None:
-        require(s.world == devices, "dp",
-                f"tp·pp·cp·dp = {s.tp}·{s.pp}·{s.cp}·{s.dp} = {s.world} must equal the cluster's {devices} devices")
-    require(model.heads % s.tp == 0, "tp", f"heads={model.heads} is not divisible by tp={s.tp}")
-    require(model.kv_heads % s.tp == 0, "tp",
-            f"kv_heads={model.kv_heads} is not divisible by tp={s.tp} (Megatron needs query groups % tp == 0)")
-    require(model.ffn_hidden % s.tp == 0, "tp", f"ffn_hidden={model.ffn_hidden} is not divisible by tp={s.tp}")
+        if not (s.world == devices):
+            raise SpecError("dp", f"tp·pp·cp·dp = {s.tp}·{s.pp}·{s.cp}·{s.dp} = {s.world} must equal the cluster's "
+                            f"{devices} devices")
+    if not (model.heads % s.tp == 0):
+        raise SpecError("tp", f"heads={model.heads} is not divisible by tp={s.tp}")
+    if not (model.kv_heads % s.tp == 0):
+        raise SpecError("tp", f"kv_heads={model.kv_heads} is not divisible by tp={s.tp} (Megatron needs query "
+                        "groups % tp == 0)")
+    if not (model.ffn_hidden % s.tp == 0):
+        raise SpecError("tp", f"ffn_hidden={model.ffn_hidden} is not divisible by tp={s.tp}")
     stage_layers(s, model.layers)   # raises when the split is impossible
-    require(job.global_batch % (s.dp * s.micro_batch) == 0, "global_batch",
-            f"global_batch={job.global_batch} is not divisible by dp·micro_batch = {s.dp}·{s.micro_batch}")
+    if not (job.global_batch % (s.dp * s.micro_batch) == 0):
+        raise SpecError("global_batch", f"global_batch={job.global_batch} is not divisible by dp·micro_batch = "
+                        f"{s.dp}·{s.micro_batch}")
     if s.cp > 1:
-        require(job.seq_len % (2 * s.cp) == 0, "cp",
-                f"seq_len={job.seq_len} is not divisible by 2·cp = {2 * s.cp} (load-balanced causal CP)")
+        if not (job.seq_len % (2 * s.cp) == 0):
+            raise SpecError("cp", f"seq_len={job.seq_len} is not divisible by 2·cp = {2 * s.cp} "
+                            "(load-balanced causal CP)")
     if s.sequence_parallel:
-        require(job.seq_len // s.cp % s.tp == 0, "sequence_parallel",
-                f"seq_len/cp = {job.seq_len // s.cp} is not divisible by tp={s.tp}")
+        if not (job.seq_len // s.cp % s.tp == 0):
+            raise SpecError("sequence_parallel", f"seq_len/cp = {job.seq_len // s.cp} is not divisible by tp={s.tp}")
     if model.moe is None:
-        require(s.ep == 1, "ep", f"ep={s.ep} needs an MoE model; {model.name} is dense")
-        require(s.etp == 1, "etp", f"etp={s.etp} needs an MoE model; {model.name} is dense")
+        if not (s.ep == 1):
+            raise SpecError("ep", f"ep={s.ep} needs an MoE model; {model.name} is dense")
+        if not (s.etp == 1):
+            raise SpecError("etp", f"etp={s.etp} needs an MoE model; {model.name} is dense")
     else:
-        require(model.moe.experts % s.ep == 0, "ep",
-                f"experts={model.moe.experts} is not divisible by ep={s.ep}")
+        if not (model.moe.experts % s.ep == 0):
+            raise SpecError("ep", f"experts={model.moe.experts} is not divisible by ep={s.ep}")
         # combined 1F1B (overlap_moe_expert_parallel_comm) is megatron-core's schedule (pipeline_parallel/combined_1f1b.py)
         why = a2a_overlap_refusal(runtime=s.runtime) if s.moe_a2a_overlap else None
         require(why is None, "moe_a2a_overlap", why and why[1])
         folded = s.tp * s.cp * s.dp
-        require(folded % s.etp == 0, "etp", f"etp={s.etp} does not divide tp·cp·dp = {folded}")
-        require((folded // s.etp) % s.ep == 0, "ep",
-                f"ep={s.ep} does not divide tp·cp·dp/etp = {folded}/{s.etp} = {folded // s.etp}")
-        require(model.moe.expert_ffn_hidden % s.etp == 0, "etp",
-                f"expert_ffn_hidden={model.moe.expert_ffn_hidden} is not divisible by etp={s.etp}")
+        if not (folded % s.etp == 0):
+            raise SpecError("etp", f"etp={s.etp} does not divide tp·cp·dp = {folded}")
+        if not ((folded // s.etp) % s.ep == 0):
+            raise SpecError("ep",
+                            f"ep={s.ep} does not divide tp·cp·dp/etp = {folded}/{s.etp} = {folded // s.etp}")
+        if not (model.moe.expert_ffn_hidden % s.etp == 0):
+            raise SpecError("etp", f"expert_ffn_hidden={model.moe.expert_ffn_hidden} is not divisible by etp={s.etp}")
     if s.vpp > 1:
         m = job.global_batch // (s.dp * s.micro_batch)
-        require(m % s.pp == 0, "vpp",
-                f"interleaved schedule needs micro-batches per replica ({m}) divisible by pp={s.pp}")
+        if not (m % s.pp == 0):
+            raise SpecError("vpp",
+                            f"interleaved schedule needs micro-batches per replica ({m}) divisible by pp={s.pp}")
 
 
 def stage_layers(s: StrategySpec, layers: int) -> tuple[int, ...]:
@@ -315,7 +334,8 @@ def chunk_layers(s: StrategySpec, layers: int) -> tuple[tuple[int, ...], ...]:
     lay = getattr(s, "pipeline_layout", None)
     if lay is not None:
         # layout: chunk c of stage p is virtual stage c·pp + p
-        require(sum(lay) == layers, "pipeline_layout", f"holds {sum(lay)} transformer layers, the model {layers}")
+        if not (sum(lay) == layers):
+            raise SpecError("pipeline_layout", f"holds {sum(lay)} transformer layers, the model {layers}")
         out = tuple(tuple(lay[c * pp + p] for c in range(v)) for p in range(pp))
         require(all(sum(c) >= 1 for c in out), "pipeline_layout", "leaves a pipeline stage without transformer layers")
         return out
@@ -323,33 +343,36 @@ def chunk_layers(s: StrategySpec, layers: int) -> tuple[tuple[int, ...], ...]:
     e, lo = int(bool(s.account_for_embedding)), int(bool(s.account_for_loss))
     if e or lo:
         total = layers + e + lo
-        require(total % pp == 0, "pp",
-                f"layers={layers} + embedding {e} + loss {lo} = {total} is not divisible by pp={pp} "
-                "(account_for_embedding/loss count them as pipeline layers)")
+        if not (total % pp == 0):
+            raise SpecError("pp", f"layers={layers} + embedding {e} + loss {lo} = {total} is not divisible by pp={pp} "
+                            "(account_for_embedding/loss count them as pipeline layers)")
         per = total // pp
-        require(per % v == 0, "vpp",
-                f"{per} layers per pipeline stage (embedding/loss counted) are not divisible by vpp={v}")
+        if not (per % v == 0):
+            raise SpecError("vpp",
+                            f"{per} layers per pipeline stage (embedding/loss counted) are not divisible by vpp={v}")
         out = [[per // v] * v for _ in range(pp)]
         out[0][0] -= e
         out[-1][-1] -= lo
-        require(all(sum(c) >= 1 for c in out), "pp",
-                f"layers={layers} on pp={pp} with embedding/loss counted leaves a stage without transformer layers")
+        if not all(sum(c) >= 1 for c in out):
+            raise SpecError("pp", f"layers={layers} on pp={pp} with embedding/loss counted leaves a stage without "
+                            "transformer layers")
         return tuple(tuple(c) for c in out)
     if first is None and last is None and s.balanced_partition and v == 1 and layers % pp:
         per, extra = divmod(layers, pp)
-        require(per >= 1, "pp", f"layers={layers} on pp={pp} leaves a stage without transformer layers")
+        if not (per >= 1):
+            raise SpecError("pp", f"layers={layers} on pp={pp} leaves a stage without transformer layers")
         return tuple((per + 1,) if i < extra else (per,) for i in range(pp))
     if first is None and last is None:
-        require(layers % (pp * v) == 0, "pp",
-                f"layers={layers} is not divisible by pp·vpp = {pp}·{v} = {pp * v}; "
-                "set first/last stage layers, account for embedding/loss, or give an explicit pipeline layout "
-                "(--pipeline-layout) for an uneven split")
+        if not (layers % (pp * v) == 0):
+            raise SpecError("pp", f"layers={layers} is not divisible by pp·vpp = {pp}·{v} = {pp * v}; "
+                            "set first/last stage layers, account for embedding/loss, or give an explicit pipeline "
+                            "layout (--pipeline-layout) for an uneven split")
         return ((layers // (pp * v),) * v,) * pp
     middle = pp - (first is not None) - (last is not None)
     rest = layers - (first or 0) - (last or 0)
-    require(rest >= middle and (middle == 0 and rest == 0 or middle > 0 and rest % middle == 0), "pp",
-            f"layers={layers} minus first={first} and last={last} leaves {rest} layers for "
-            f"{middle} middle stages (must divide evenly, at least 1 each)")
+    if not (rest >= middle and (middle == 0 and rest == 0 or middle > 0 and rest % middle == 0)):
+        raise SpecError("pp", f"layers={layers} minus first={first} and last={last} leaves {rest} layers for "
+                        f"{middle} middle stages (must divide evenly, at least 1 each)")
     each = rest // middle if middle else 0
     counts = [each] * pp
     if first is not None:
@@ -358,10 +381,12 @@ def chunk_layers(s: StrategySpec, layers: int) -> tuple[tuple[int, ...], ...]:
         counts[-1] = last
     if v > 1:   # every chunk of a stage holds count / vpp layers
         for name, n in (("first_stage_layers", first), ("last_stage_layers", last)):
-            require(n is None or n % v == 0, name, f"{name}={n} is not divisible by vpp={v} (Megatron splits "
-                    "every stage into vpp equal model chunks)")
-        require(not middle or each % v == 0, "vpp", f"{each} layers per middle stage are not divisible by vpp={v} "
-                "(Megatron splits every stage into vpp equal model chunks)")
+            if not (n is None or n % v == 0):
+                raise SpecError(name, f"{name}={n} is not divisible by vpp={v} (Megatron splits "
+                                "every stage into vpp equal model chunks)")
+        if not (not middle or each % v == 0):
+            raise SpecError("vpp", f"{each} layers per middle stage are not divisible by vpp={v} "
+                            "(Megatron splits every stage into vpp equal model chunks)")
     return tuple((n // v,) * v for n in counts)
 
 
