@@ -204,16 +204,20 @@ def json_file(ctx, param, value):
     return value
 
 
-def _raw_value(args: list[str], opts: list[str]) -> str | None:
-    """What the user typed for an option (the last occurrence), for messages."""
-    found = None
+def _raw_values(args: list[str], opts: list[str]):
+    """What the user typed for an option, each occurrence in order (`--opt v` or `--opt=v`)."""
     for i, a in enumerate(args):
         for o in opts:
             if a == o and i + 1 < len(args):
-                found = args[i + 1]
+                yield args[i + 1]
             elif a.startswith(o + "="):
-                found = a[len(o) + 1:]
-    return found
+                yield a[len(o) + 1:]
+
+
+def _raw_value(args: list[str], opts: list[str]) -> str | None:
+    """What the user typed for an option (the last occurrence), for messages."""
+    typed = list(_raw_values(args, opts))
+    return typed[-1] if typed else None
 
 
 class _WholeWords(_tw.TextWrapper):
@@ -288,11 +292,8 @@ def check_file_options(params, raw: list[str], ctx) -> None:
     for p in params:
         if getattr(p, "metavar", None) != "FILE" or getattr(p, "param_type_name", "") != "option":
             continue
-        opts = [o for o in p.opts if o.startswith("-")]
-        for i, a in enumerate(raw):
-            v = raw[i + 1] if a in opts and i + 1 < len(raw) else \
-                next((a[len(o) + 1:] for o in opts if a.startswith(o + "=")), None)
-            if v is not None and v.endswith(seps):
+        for v in _raw_values(raw, [o for o in p.opts if o.startswith("-")]):
+            if v.endswith(seps):
                 shown = repr(v) if len(v) <= 60 else repr("..." + v[-57:])      # the end says why
                 raise _cx.BadParameter(f"names a folder (it ends with {v[-1]!r}), not a file, got {shown}",
                                        ctx=ctx, param=p)

@@ -39,6 +39,7 @@ from baige_plan.cost.flops import (
     megatron_model_flops,
 )
 from baige_plan.cost.fp8 import fp8_quantize_bytes, fp8_recipe, keep_16bit
+from baige_plan.cost.memo import kept
 from baige_plan.cost.memory import (
     BF16_GRAD_BYTES,
     FP32_PRECISIONS,
@@ -318,11 +319,8 @@ def _gemm_timer(memo: dict | None, r: ChipRates) -> Callable[..., float]:
         return lambda g, passes=1.0, bwd=False: gemm_time_s(g, r, passes, bwd)
 
     def timed(g: Gemm, passes: float = 1.0, bwd: bool = False) -> float:
-        key = ("gemm", id(r), g, type(g.m), type(g.n), type(g.k), type(g.count), passes, bwd)
-        hit = memo.get(key)
-        if hit is None or hit[0] is not r:
-            hit = memo[key] = (r, gemm_time_s(g, r, passes, bwd))
-        return hit[1]
+        return kept(memo, (r,), ("gemm", g, type(g.m), type(g.n), type(g.k), type(g.count), passes, bwd),
+                    lambda: gemm_time_s(g, r, passes, bwd))
     return timed
 
 
@@ -659,18 +657,12 @@ def _stage_context(group: GroupSpec, precision: str, s: StrategySpec, calibratio
 
 # The links below are pure functions of the group and a few integers (cost/collectives.py), asked for again and again
 # by one search (every stage's p2p, every stage's data-parallel sync); with the caller's memo (one search's) each is
-# built once. Keyed by the group object's id, which the entry keeps alive (the group is in the value), so the id
-# cannot name another group while the entry exists; a hit is checked to be that group all the same.
+# built once (cost/memo.py kept: by the group object).
 
 def _group_link(memo: dict | None, group: GroupSpec, n: int, per_node: int, buckets: int = 1) -> C.Link:
     """C.group_link(group, n, per_node, buckets=buckets), memoised in `memo` (None: computed)."""
-    if memo is None:
-        return C.group_link(group, n, per_node, buckets=buckets)
-    key = ("group-link", id(group), n, per_node, buckets)
-    hit = memo.get(key)
-    if hit is None or hit[0] is not group:
-        hit = memo[key] = (group, C.group_link(group, n, per_node, buckets=buckets))
-    return hit[1]
+    return kept(memo, (group,), ("group-link", n, per_node, buckets),
+                lambda: C.group_link(group, n, per_node, buckets=buckets))
 
 
 def _strategy_rates(memo: dict | None, chip, precision: str, s: StrategySpec, calibration: Calibration | None
@@ -680,34 +672,22 @@ def _strategy_rates(memo: dict | None, chip, precision: str, s: StrategySpec, ca
     search share these few rates objects, and with them the GEMM times `_gemm_timer` keeps."""
     if memo is None:
         return strategy_rates(chip, precision, s, calibration)
-    key = ("rates", id(chip), precision, s.attention_kernel or runtimes.get(s.runtime).attention_kernel,
-           id(calibration))
-    hit = memo.get(key)
-    if hit is None or hit[0] is not chip or hit[1] is not calibration:
-        hit = memo[key] = (chip, calibration, strategy_rates(chip, precision, s, calibration))
-    return hit[2]
+    return kept(memo, (chip, calibration),
+                ("rates", precision, s.attention_kernel or runtimes.get(s.runtime).attention_kernel),
+                lambda: strategy_rates(chip, precision, s, calibration))
 
 
 def _homogeneous_pp_link(memo: dict | None, group: GroupSpec, s: StrategySpec) -> C.Link:
     """homogeneous_pp_link(group, s), memoised in `memo` by the pipeline stride it reads of s."""
     if memo is None:
         return homogeneous_pp_link(group, s)
-    key = ("pp-link", id(group), s.tp * s.cp * (1 if s.tp_pp_dp_mapping else s.dp))
-    hit = memo.get(key)
-    if hit is None or hit[0] is not group:
-        hit = memo[key] = (group, homogeneous_pp_link(group, s))
-    return hit[1]
+    return kept(memo, (group,), ("pp-link", s.tp * s.cp * (1 if s.tp_pp_dp_mapping else s.dp)),
+                lambda: homogeneous_pp_link(group, s))
 
 
 def _p2p_s(memo: dict | None, msg: float, link: C.Link) -> float:
     """C.p2p_s(msg, link), memoised in `memo` by the link object (kept alive in the entry, as above) and the size."""
-    if memo is None:
-        return C.p2p_s(msg, link)
-    key = ("p2p-s", id(link), msg)
-    hit = memo.get(key)
-    if hit is None or hit[0] is not link:
-        hit = memo[key] = (link, C.p2p_s(msg, link))
-    return hit[1]
+    return kept(memo, (link,), ("p2p-s", msg), lambda: C.p2p_s(msg, link))
 
 
 def _embedding_act_bytes(model: ModelSpec, s: StrategySpec, tokens: float, act_bytes: int, sp: bool) -> float:
@@ -1329,17 +1309,11 @@ def first_stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: Strate
     calibration) and its data-parallel traffic (no later stage's lead: tail 0, as estimate's stage 0), kept in `memo`
     (one search's) by the strategy, group, model and job objects, which the entry keeps alive: the search's
     data-parallel bound (search/bounds.py dp_lb_s) asks for both, then the row's estimate, with the same objects."""
-    key = ("first-stage", id(s), id(group), id(model), id(job))
-    hit = memo.get(key) if memo is not None else None
-    if hit is not None and hit[0] is s and hit[1] is group and hit[2] is model and hit[3] is job:
-        return hit[4], hit[5]
-    m = job.global_batch // (s.dp * s.micro_batch)
-    n0 = stage_layers(s, model.layers)[0]
-    st0 = stage_cost(model, group, job, s, 0, 0, n0, m, memo=memo)
-    sync0 = dp_traffic(st0, group, s, job, m, tail_s=0.0, memo=memo)
-    if memo is not None:
-        memo[key] = (s, group, model, job, st0, sync0)
-    return st0, sync0
+    def compute() -> tuple[StageCost, DpTraffic]:
+        m = job.global_batch // (s.dp * s.micro_batch)
+        st0 = stage_cost(model, group, job, s, 0, 0, stage_layers(s, model.layers)[0], m, memo=memo)
+        return st0, dp_traffic(st0, group, s, job, m, tail_s=0.0, memo=memo)
+    return kept(memo, (s, group, model, job), ("first-stage",), compute)
 
 
 def pipeline_s(stage_times_s: list[float], m: int, vpp: int) -> float:

@@ -36,6 +36,7 @@ from baige_plan.cost.estimate import (
     stage_cost,
 )
 from baige_plan.cost.flops import megatron_model_flops
+from baige_plan.cost.memo import kept
 from baige_plan.specs import runtimes
 from baige_plan.specs.frozen import make
 from baige_plan.specs.job import JobSpec
@@ -156,18 +157,15 @@ def estimate_pipelines(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: 
         # a shape's stage costs and pipeline time read the shape and the plan-wide knobs only (stage_neighbourhood):
         # a plan that keeps a shape object of one estimated before (the polish moves one shape at a time) reads
         # them back whole, by the shape object (kept alive in the entry) and those knobs
-        whole = ("shape-costs", id(sh), p.micro_batch, p.zero, p.recompute, p.sequence_parallel, p.attention,
-                 p.runtime)
-        hit = cache.get(whole) if cache is not None else None
-        if hit is None or hit[0] is not sh:
+        def shape_costs(sh: PipelineShape = sh) -> tuple:
             nbl = tuple(stage_neighbourhood(p, sh, i) for i in range(len(sh.stages)))
             sc = [shape_stage_cost(model, cluster, job, p, sh, i, nb, cache) for i, nb in enumerate(nbl)]
             costs = tuple(c for _, c in sc)
-            pipe = pipeline_s([c.time_s for c in costs], sh.micro_batches, p.knob(sh, "vpp"))
-            hit = (sh, costs, tuple(s for s, _ in sc), nbl, pipe)
-            if cache is not None:
-                cache[whole] = hit
-        _, costs, strategies[id(sh)], nbs[id(sh)], pipe = hit
+            return costs, tuple(s for s, _ in sc), nbl, pipeline_s([c.time_s for c in costs], sh.micro_batches,
+                                                                   p.knob(sh, "vpp"))
+        costs, strategies[id(sh)], nbs[id(sh)], pipe = kept(
+            cache, (sh,), ("shape-costs", p.micro_batch, p.zero, p.recompute, p.sequence_parallel, p.attention,
+                           p.runtime), shape_costs)
         shapes.append((sh, costs, pipe))
 
     bridge_traffic: dict[tuple[str, str, str], float] = {}

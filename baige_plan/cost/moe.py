@@ -39,7 +39,7 @@ What depends on the runtime (each from its source):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from baige_plan.cost import collectives as C
 from baige_plan.cost.compute import ChipRates, gemm_time_s, moe_dispatch_bytes
@@ -360,19 +360,19 @@ def moe_layer_launches(model: ModelSpec, s: StrategySpec, recipe: str = "") -> M
     # the router's and the alltoall dispatcher's kernels cost Megatron's own Python around them (measured:
     # LaunchHost.moe_plumbing_over_eager); the flex / allgather dispatchers' Python was not measured, so their
     # preprocess and dispatch keep the plain eager rate (the router is the same TopKRouter whatever the dispatcher)
-    alltoall = (getattr(s, "moe_dispatcher", "") or MOE_DISPATCHER) == "alltoall"
+    alltoall = (s.moe_dispatcher or MOE_DISPATCHER) == "alltoall"
 
-    def megatron(n: float, **kw) -> Launches:
+    def dispatcher(n: float, **kw) -> Launches:     # n kernels of the dispatcher's own Python
         return Launches(plumbing=n, **kw) if alltoall else Launches(eager=n, **kw)
 
     router_f = Launches(plumbing=18)
     router_b = Launches(plumbing=10)
-    pre_f = megatron(8, small=4, collectives=comm)
+    pre_f = dispatcher(8, small=4, collectives=comm)
     # dispatch + combine (fused permute, sort_chunks_by_idxs of tokens and probs, their inverses, fused unpermute,
     # bias-dropout-add): 7 kernels a pass; all-to-alls of the tokens and the probs, and the combine (ep > 1)
     a2a = 3.0 if s.ep > 1 else 0.0
-    disp_f = megatron(7, collectives=a2a)
-    disp_b = megatron(7, collectives=a2a)
+    disp_f = dispatcher(7, collectives=a2a)
+    disp_b = dispatcher(7, collectives=a2a)
     # TEGroupedMLP: two GroupedLinear calls; weighted activation; fp8 padding/unpadding (Fp8Padding); per local
     # expert and linear one GEMM (forward) or two (dgrad, wgrad) and the input / output-gradient quantisation
     exp_f = Launches(te_modules=2, eager=1 + 2 * fp8, gemms=2 * local, small=2 * (q * local + per_linear_fused))
@@ -390,8 +390,7 @@ def moe_layer_launches(model: ModelSpec, s: StrategySpec, recipe: str = "") -> M
 
 
 def _sum(*ls: Launches) -> Launches:
-    return Launches(*(sum(getattr(x, f) for x in ls)
-                      for f in ("te_modules", "eager", "gemms", "small", "collectives", "plumbing")))
+    return Launches(*(sum(getattr(x, f.name) for x in ls) for f in fields(Launches)))
 
 
 def host_factor(chip_id: str) -> float:
