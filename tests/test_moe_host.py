@@ -113,6 +113,44 @@ def test_sync_phase_rule():
     assert host_factor("h100-sxm5-80g") == 1.0 and host_factor("gb200") == 2.75
 
 
+def test_host_contention_scales_launches_not_nccl_calls():
+    """Several ranks on one host CPU: every launch costs host_contention more (measured 7.33 / 5.29 at 4 ranks), the
+    NCCL calls (measured on 4-rank hosts already) do not."""
+    ly = moe_layer_launches(QWEN3, replace(EP8, cuda_graph_scope="moe_router,moe_preprocess"), "mxfp8")
+    k = 7.33 / 5.29
+    # the experts phase: 3 all-to-alls x 136 us; the rest of its 1.64842 ms scales
+    assert ly.experts.host_s(contention=k) == pytest.approx(((1.64842 - 0.408) * k + 0.408) * 1e-3)
+    # sync'd forward, device as in test_sync_phase_rule: phase 0 = experts host + attention + router device
+    f, b = host_bound_moe_layer_s(ly, 1.0, 0.5e-3, 0.4e-3, 0.05e-3, 1.2e-3, sync=True, contention=k)
+    assert f == pytest.approx(((1.64842 - 0.408) * k + 0.408 + 0.45) * 1e-3)
+    assert b == pytest.approx(((2.43746 - 0.408) * k + 0.408) * 1e-3)      # backward: 3 all-to-alls too
+
+
+def test_ranks_per_cpu():
+    from baige_plan.cost.execution import ranks_per_cpu
+    # x86: the node's ranks share its CPUs (host_contention holds the count at the measured 4)
+    assert [ranks_per_cpu("h100-sxm5-80g", n) for n in (1, 4, 8)] == [1, 4, 8]
+    # GB200 / GB300 tray: 2 GPUs per Grace CPU, whatever the NVLink domain the job calls its node; GH200: 1
+    assert [ranks_per_cpu("gb200", n) for n in (1, 4, 64)] == [1, 2, 2]
+    assert ranks_per_cpu("gb300", 72) == 2 and ranks_per_cpu("gh200", 8) == 1
+
+
+def test_estimate_applies_contention_on_a_dgx(monkeypatch):
+    """An 8-GPU x86 node (4+ ranks on its CPUs) pays the measured 4-rank contention on its MoE launches: the
+    host-bound Qwen3-30B row's step grows, by no more than 7.33 / 5.29 (only host seconds scale)."""
+    import baige_plan.cost.estimate as E
+    cat = Catalog.create()
+    case = next(c for c in load_runs("benchmarks/corpus/mbridge_perf_2511.yaml", cat)
+                if c.id == "mbridge_perf_2511_qwen3_30b_a3b_b200_8gpu_mxfp8")
+    s = case.strategy
+    busy = estimate(case.model, case.cluster, case.job, s).step_time_s
+    free = estimate(case.model, case.cluster, case.job, replace(s, cuda_graph_scope="full")).step_time_s
+    monkeypatch.setattr(E, "host_contention", lambda ranks: 1.0)
+    alone = estimate(case.model, case.cluster, case.job, s).step_time_s
+    assert free < alone < busy
+    assert busy <= alone * 7.33 / 5.29
+
+
 def test_dispatch_sync_and_scope_validation():
     assert moe_dispatch_syncs(EP8)
     assert not moe_dispatch_syncs(replace(EP8, moe_token_drop=True))

@@ -29,6 +29,8 @@ from baige_plan.cost.execution import (
     MEGATRON_UNFUSED_LOSS_BYTES_PER_LOGIT,
     TE_XENT_PASSES_PER_LOGIT,
     eager_host_s,
+    host_contention,
+    ranks_per_cpu,
 )
 from baige_plan.cost.flops import (
     SIXTEEN_BIT_KIND,
@@ -803,6 +805,7 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
     src_c: set[str] = set()
     src_a: set[str] = set()
     n_moe = model.moe_layers_in(first_layer, first_layer + n_layers)
+    moe_kinds: list[tuple[dict, int]] = []     # each MoE layer kind's terms and its count in this stage
     for moe, window, count in _layer_kinds(model, first_layer, n_layers, n_moe):
         if count == 0:
             continue
@@ -810,7 +813,7 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
         meas = entry.layer if entry is not None and not moe else None
         lt = ctx.layer_terms(model, s, seq, tokens, sp, std, moe, meas, window)
         if moe:
-            lt_moe = lt
+            moe_kinds.append((lt, count))
         src_c.add(label if meas is not None and meas.has_times else ANALYTICAL)
         src_a.add(label if meas is not None and meas.activation_bytes is not None else ANALYTICAL)
         fwd += count * lt["fwd"]
@@ -826,7 +829,9 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
         act += count * lt["act"]
         act_layer_full = max(act_layer_full, lt["act_full"])
     bwd += rec
-    if n_moe and s.moe_a2a_overlap and lt_moe["ep_pass"] > 0:
+    for lt_moe, count in moe_kinds if s.moe_a2a_overlap else ():
+        if lt_moe["ep_pass"] <= 0:
+            continue
         # Megatron-core's EP all-to-all overlap: in the combined 1F1B a micro-batch's MoE layers run forward beside
         # another's backward (cost/moe.py a2a_overlap_pair_s); the forwards and backwards left unpaired (the first
         # forward, the last backward; interleaving's warm-up and cool-down) run as before
@@ -834,24 +839,29 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
         f1, b1 = lt_moe["fwd"], lt_moe["bwd"] + lt_moe["rec"]
         pre_f = max(f1 - lt_moe["ep_pass"] - lt_moe["mlp_f"], 0.0)
         pre_b = max(b1 - lt_moe["ep_pass"] - lt_moe["mlp_b"], 0.0)
-        pair = a2a_overlap_pair_s(pre_f, lt_moe["mlp_f"], pre_b, lt_moe["mlp_b"], t_a2a, n_moe)
-        alone = n_moe * (f1 + b1)
+        pair = a2a_overlap_pair_s(pre_f, lt_moe["mlp_f"], pre_b, lt_moe["mlp_b"], t_a2a, count)
+        alone = count * (f1 + b1)
         per_mb = pair + a2a_overlap_unmerged(s.pp, s.vpp, m, index) * (alone - pair)
         saved = alone - per_mb
         fwd -= saved * f1 / (f1 + b1)
         bwd -= saved * b1 / (f1 + b1)
         ep_t -= saved
+    ranks_on_node = min(group.devices_per_node, s.tp * s.pp * s.dp * s.cp)
     if n_moe and s.execution == "fused" and s.runtime in TE_GROUPED_MLP_RUNTIMES and model.moe is not None:
         # Megatron-core MoE layers are issued eagerly from Python: the host time of their launches, and the
-        # dropless dispatcher's per-layer host sync, can set the pace (cost/moe.py host_bound_moe_layer_s)
-        d_f, d_b = lt_moe["fwd"], lt_moe["bwd"]
-        d_e = min(lt_moe["moe_dev_experts"], d_f)
-        d_r = min(lt_moe["moe_dev_router"], d_f - d_e)
+        # dropless dispatcher's per-layer host sync, can set the pace (cost/moe.py host_bound_moe_layer_s), each
+        # layer kind (full or windowed attention) with its own device times
         launches = moe_layer_launches(model, s, fp8_recipe(s, r.chip) if r.dtype == "fp8" else "")
-        t_f, t_b = host_bound_moe_layer_s(launches, host_factor(group.chip.id), d_e, d_f - d_e - d_r, d_r, d_b,
-                                          moe_dispatch_syncs(s))
-        fwd += n_moe * (t_f - d_f)
-        bwd += n_moe * (t_b - d_b)
+        # several ranks on one host CPU slow each one's launches (execution.host_contention), as on the eager path
+        contention = host_contention(ranks_per_cpu(group.chip.id, ranks_on_node))
+        for lt_moe, count in moe_kinds:
+            d_f, d_b = lt_moe["fwd"], lt_moe["bwd"]
+            d_e = min(lt_moe["moe_dev_experts"], d_f)
+            d_r = min(lt_moe["moe_dev_router"], d_f - d_e)
+            t_f, t_b = host_bound_moe_layer_s(launches, host_factor(group.chip.id), d_e, d_f - d_e - d_r, d_r, d_b,
+                                              moe_dispatch_syncs(s), contention)
+            fwd += count * (t_f - d_f)
+            bwd += count * (t_b - d_b)
     if s.execution == "eager":
         # eager PyTorch: the host must dispatch every op; a host slower than the device sets the pace,
         # and expert all-to-alls with data-dependent splits serialise the two (cost/execution.py)
@@ -859,7 +869,7 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
         local_e = model.moe.experts / s.ep if model.moe is not None and expert_gemm_kind(s) == "linear" else 0.0
         host = eager_host_s(n_layers, n_moe, local_e, s.recompute == "full", s.dp * s.cp, s.zero, s.tp,
                             ep=s.ep, expert_ddp=s.edp > 1, micro_batches=m,
-                            ranks_per_host=min(group.devices_per_node, s.tp * s.pp * s.dp * s.cp))
+                            ranks_per_host=ranks_per_cpu(group.chip.id, ranks_on_node))
         if s.cp > 1 and (s.cp_comm or ctx.rt.cp_comm) == "torch_ring":
             # PyTorch's ring attention: DTensor dispatch and the ring's Python per layer (cost/cp.py TORCH_RING_HOST_S,
             # forward + backward); full recomputation issues the forward's share again (25 of its ~63 ops)

@@ -271,6 +271,23 @@ FSDP2_HOST = Fsdp2Host()
 LAUNCH_HOST = LaunchHost()
 
 
+# Hosts with a Grace CPU (GB200 / GB300 trays, GH200): LaunchHost.grace_host_factor, ranks_per_cpu
+GRACE_HOST_CHIPS = ("gb200", "gb300", "gh200")
+
+
+def ranks_per_cpu(chip_id: str, ranks_on_node: int) -> int:
+    """Training processes that share one host CPU, which `host_contention` takes. A Grace CPU serves one GPU on GH200
+    and two on a GB200 / GB300 compute tray (2 Grace CPUs, 4 GPUs: NVIDIA GB200 NVL72 datasheet); the job's node
+    there is the NVLink domain (up to 72 GPUs), not the host. On x86 servers the ranks of a node share its CPUs, as
+    on the 4-GPU host the contention was measured on (host_contention caps the count at the measured 4)."""
+    c = chip_id.lower()
+    if c.startswith("gh200"):
+        return 1
+    if c.startswith(GRACE_HOST_CHIPS):
+        return max(1, min(ranks_on_node, 2))
+    return max(1, ranks_on_node)
+
+
 def host_contention(ranks_per_host: int) -> float:
     """The slowest rank's per-op host cost over one process alone, with `ranks_per_host` training processes on
     the host (EagerHost.slowest_of_4_ranks: 1 at one rank, the measured 4-rank value at 4 and more)."""

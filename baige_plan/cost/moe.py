@@ -43,7 +43,7 @@ from dataclasses import dataclass, fields
 
 from baige_plan.cost import collectives as C
 from baige_plan.cost.compute import ChipRates, gemm_time_s, moe_dispatch_bytes
-from baige_plan.cost.execution import LAUNCH_HOST, LaunchHost
+from baige_plan.cost.execution import GRACE_HOST_CHIPS, LAUNCH_HOST, LaunchHost
 from baige_plan.cost.flops import Gemm, expert_load_factor, tokens_per_expert
 from baige_plan.cost.fp8 import fp8_recipe
 from baige_plan.specs.model import ModelSpec
@@ -299,7 +299,6 @@ def moe_layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, tokens: flo
 # measured on 24 synthetic layers (host_launch_h200.raw.json `sync`, benchmarks/real/host_launch_compare.py): six
 # sync'd steps of 18.9-74.9 ms within -6.8 .. +6.1 % of this rule (host + device: +23 .. +44 %); unsynced, the same
 # layers ran at max(host, device).
-GRACE_HOST_CHIPS = ("gb200", "gb300", "gh200")     # Grace CPU hosts (execution.LaunchHost.grace_host_factor)
 # fp8 quantisation kernels TE launches per expert per GEMM input (TE 2.9 cast.cpp multi_tensor_quantize_impl: one
 # fused multi-cast-transpose for all experts only under delayed scaling; Float8CurrentScalingQuantizer: amax, scale,
 # cast; MXFP8Quantizer: one block-scaled cast)
@@ -318,10 +317,10 @@ class Launches:
     collectives: float = 0.0    # NCCL collectives through c10d
     plumbing: float = 0.0       # kernels of Megatron-core's router / alltoall dispatcher, issued from its Python
 
-    def host_s(self, h: LaunchHost = LAUNCH_HOST) -> float:
-        return (self.te_modules * h.te_module_s + self.eager * h.eager_kernel_s + self.gemms * h.gemm_s
-                + self.small * h.small_kernel_s + self.collectives * h.collective_s
-                + self.plumbing * h.moe_plumbing_kernel_s)
+    def host_s(self, h: LaunchHost = LAUNCH_HOST, contention: float = 1.0) -> float:
+        return ((self.te_modules * h.te_module_s + self.eager * h.eager_kernel_s + self.gemms * h.gemm_s
+                 + self.small * h.small_kernel_s + self.plumbing * h.moe_plumbing_kernel_s) * contention
+                + self.collectives * h.collective_s)
 
 
 @dataclass(frozen=True)
@@ -406,14 +405,17 @@ def moe_dispatch_syncs(s: StrategySpec) -> bool:
 
 
 def host_bound_moe_layer_s(launches: MoeLayerLaunches, factor: float, dev_experts_s: float, dev_attention_s: float,
-                           dev_router_s: float, dev_bwd_s: float, sync: bool) -> tuple[float, float]:
+                           dev_router_s: float, dev_bwd_s: float, sync: bool,
+                           contention: float = 1.0) -> tuple[float, float]:
     """(forward, backward) seconds of one MoE layer per micro-batch with its host time: with the dispatcher's sync
     the forward segment [experts, attention, router] takes max over phases p of (host before p + max(host of p +
     device after p, device from p)) and the backward max(host, device) (no sync in it); without a sync the host runs
-    ahead: the layer takes max(host, device) of forward and backward together, charged to the backward."""
-    hs = [launches.experts.host_s() * factor, launches.attention.host_s() * factor, launches.router.host_s() * factor]
+    ahead: the layer takes max(host, device) of forward and backward together, charged to the backward. `contention`:
+    execution.host_contention of the ranks sharing the host CPU; it scales every launch but the NCCL calls, whose
+    per-call cost was measured on 4-rank hosts already."""
+    hs = [p.host_s(contention=contention) * factor for p in (launches.experts, launches.attention, launches.router)]
     ds = [dev_experts_s, dev_attention_s, dev_router_s]
-    h_b = launches.backward.host_s() * factor
+    h_b = launches.backward.host_s(contention=contention) * factor
     d_f = sum(ds)
     if not sync:
         extra = max(0.0, sum(hs) + h_b - (d_f + dev_bwd_s))
