@@ -846,20 +846,19 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
         fwd -= saved * f1 / (f1 + b1)
         bwd -= saved * b1 / (f1 + b1)
         ep_t -= saved
-    ranks_on_node = min(group.devices_per_node, s.tp * s.pp * s.dp * s.cp)
+    # the training processes sharing this stage's host CPU (execution.ranks_per_cpu): their launches slow each other
+    cpu_ranks = ranks_per_cpu(group.chip.id, min(group.devices_per_node, s.world))
     if n_moe and s.execution == "fused" and s.runtime in TE_GROUPED_MLP_RUNTIMES and model.moe is not None:
         # Megatron-core MoE layers are issued eagerly from Python: the host time of their launches, and the
         # dropless dispatcher's per-layer host sync, can set the pace (cost/moe.py host_bound_moe_layer_s), each
         # layer kind (full or windowed attention) with its own device times
         launches = moe_layer_launches(model, s, fp8_recipe(s, r.chip) if r.dtype == "fp8" else "")
-        # several ranks on one host CPU slow each one's launches (execution.host_contention), as on the eager path
-        contention = host_contention(ranks_per_cpu(group.chip.id, ranks_on_node))
+        factor, syncs, contention = host_factor(group.chip.id), moe_dispatch_syncs(s), host_contention(cpu_ranks)
         for lt_moe, count in moe_kinds:
             d_f, d_b = lt_moe["fwd"], lt_moe["bwd"]
             d_e = min(lt_moe["moe_dev_experts"], d_f)
             d_r = min(lt_moe["moe_dev_router"], d_f - d_e)
-            t_f, t_b = host_bound_moe_layer_s(launches, host_factor(group.chip.id), d_e, d_f - d_e - d_r, d_r, d_b,
-                                              moe_dispatch_syncs(s), contention)
+            t_f, t_b = host_bound_moe_layer_s(launches, factor, d_e, d_f - d_e - d_r, d_r, d_b, syncs, contention)
             fwd += count * (t_f - d_f)
             bwd += count * (t_b - d_b)
     if s.execution == "eager":
@@ -869,7 +868,7 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
         local_e = model.moe.experts / s.ep if model.moe is not None and expert_gemm_kind(s) == "linear" else 0.0
         host = eager_host_s(n_layers, n_moe, local_e, s.recompute == "full", s.dp * s.cp, s.zero, s.tp,
                             ep=s.ep, expert_ddp=s.edp > 1, micro_batches=m,
-                            ranks_per_host=ranks_per_cpu(group.chip.id, ranks_on_node))
+                            ranks_per_host=cpu_ranks)
         if s.cp > 1 and (s.cp_comm or ctx.rt.cp_comm) == "torch_ring":
             # PyTorch's ring attention: DTensor dispatch and the ring's Python per layer (cost/cp.py TORCH_RING_HOST_S,
             # forward + backward); full recomputation issues the forward's share again (25 of its ~63 ops)
