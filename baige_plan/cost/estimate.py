@@ -493,6 +493,22 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
         ep_t += t_ep
         cp_t += t_cp_f
         hw_flops += 4 * layer_hw - skip_flops
+        if s.distribute_saved_activations and s.tp > 1 and not sp:
+            # --distribute-saved-activations / partition_activations: the forward copies this rank's 1/tp of the
+            # checkpointed input into a new buffer (read + write act_sz/tp) and the backward all-gathers it over TP
+            # before the layer runs again (on the compute stream: nothing to hide it under). Megatron-core
+            # tensor_parallel/random.py CheckpointFunction; DeepSpeed checkpointing.py partition_activations /
+            # gather_partitioned_activations, whose rebuild also writes a zero-filled buffer (act_sz), copies the
+            # rank's part in (2 act_sz/tp) and copies the gathered parts out of torch.distributed's flat staging
+            # buffer into the list of views (2 act_sz): specs/runtime.py RuntimeSpec.distribute_saved_activations
+            t_split = 2 * act_sz / s.tp / r.hbm_Bps
+            t_gather = C.all_gather_s(act_sz, tp_link)
+            t_copy = (3 + 2 / s.tp) * act_sz / r.hbm_Bps \
+                if runtimes.get(s.runtime).distribute_saved_activations == "zeros_list" else 0.0
+            fwd += t_split
+            comp += t_split + t_copy
+            rec += t_gather + t_copy
+            tp_t += t_gather
     elif s.recompute == "selective" and runtimes.get(s.runtime).memory.selective == "op_sac":
         # torchtitan's op-level selective AC (derived from its source in specs/runtimes/torchtitan.py
         # op_sac_recomputed): the backward re-runs every op of the layer's forward whose output is not
@@ -541,7 +557,7 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
     act += layer_activation_bytes(model, seq, s.micro_batch, s.tp, s.cp, sp, s.recompute, std, moe, act_bytes,
                                   selective=runtimes.get(s.runtime).memory.selective,
                                   fp8_gemm_inputs=r.dtype == "fp8" and runtimes.get(s.runtime).memory.fp8_gemm_inputs,
-                                  modules=s.recompute_modules)
+                                  modules=s.recompute_modules, distributed=s.distribute_saved_activations)
     mem = runtimes.get(s.runtime).memory
     if s.execution == "eager" and s.recompute != "full" and not op_sac and mem.autocast_fp32_params and s.zero < 3:
         # autocast over fp32 parameters leaves fp32 activations (measured, cost/execution.py); FSDP2's bf16

@@ -18,7 +18,7 @@ s tokens, micro-batch b, hidden h, heads a, tensor-parallel t, with 16-bit activ
     TP:                    s b h (10 + 24/t + 5 a s / (h t))
     TP + SP:               s b h / t (34 + 5 a s / h)
     TP + SP + selective:   s b h / t * 34
-    full recompute:        2 s b h (/ t with SP)
+    full recompute:        2 s b h (/ t with SP or distributed saved activations)
 generalised here term by term to GQA (kv heads), SwiGLU, ffn != 4h, no-dropout models and fused
 flash attention (which stores the output and fp32 log-sum-exp instead of the s x s scores).
 torchtitan's op-level selective AC stores other tensors: `op_sac_layer_bytes`.
@@ -200,7 +200,7 @@ def model_state_bytes_per_param(zero: int, dp: int, weight_bytes: float = 2, gra
 def layer_activation_bytes(model: ModelSpec, seq_len: int, micro_batch: int, tp: int, cp: int, sp: bool,
                            recompute: str, standard_attention: bool, moe: bool = False, act_bytes: int = 2,
                            etp: int = 1, selective: str = "core_attention", fp8_gemm_inputs: bool = False,
-                           modules: str = "") -> float:
+                           modules: str = "", distributed: bool = False) -> float:
     """Stored activation bytes of one transformer layer for one micro-batch (Korthikanti, term by term).
 
     Terms (per token, 16-bit, `sh` = sharded over tp only with SP):
@@ -224,7 +224,8 @@ def layer_activation_bytes(model: ModelSpec, seq_len: int, micro_batch: int, tp:
     drop = 1 if model.dropout > 0 else 0
     ab = act_bytes / 2.0   # scale 16-bit terms for fp32 activations
     if recompute == "full":
-        return tokens * 2 * h * ab / sh
+        # `distributed`: --distribute-saved-activations / partition_activations keep 1/t of the input (no SP)
+        return tokens * 2 * h * ab / (t if distributed else sh)
     attn = (2 * h + 2 * h) / sh * ab + (2 * model.q_dim + 4 * model.kv_dim) / t * ab + 2 * model.o_dim / t * ab
     attn += drop * h / sh
     if model.mla is not None:

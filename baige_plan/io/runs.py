@@ -100,6 +100,22 @@ def _modelled_modules(par: dict, notes: list[str]) -> str:
     return ",".join(x for x in RECOMPUTE_MODULES if x in mods)
 
 
+def _distributed_saved(par: dict, tp: int, sp: Any, notes: list[str]) -> bool:
+    """Whether full recomputation keeps 1/tp of each checkpointed input (StrategySpec.distribute_saved_activations):
+    the row's `distribute_saved_activations: true`, or its recompute text naming DeepSpeed's `partition_activations
+    True` or Megatron's --distribute-saved-activations. Only where it acts (tp > 1, full recompute, no SP)."""
+    text = str(par.get("recompute") or "").lower()
+    on = par.get("distribute_saved_activations") is True or bool(
+        re.search(r"partition_activations\W{0,3}true|distribute[-_ ]saved[-_ ]activations", text))
+    if not on:
+        return False
+    if tp > 1 and _recompute(par.get("recompute")) == "full" and not sp:
+        return True
+    notes.append(f"distributed saved activations stated but inert here (tp={tp}, recompute "
+                 f"{_recompute(par.get('recompute'))}, sequence parallel {bool(sp)})")
+    return False
+
+
 def _recompute(text: Any) -> str:
     if isinstance(text, bool):
         return "full" if text else "none"
@@ -694,6 +710,7 @@ def _case(row: dict, rid: str, md: dict, hw: dict, par: dict, notes: list[str], 
                                 runtime=runtime, attention_kernel=str(par.get("attention_kernel") or ""),
                                 fp8_recipe=str(par.get("fp8_recipe") or ""), balanced_partition=balanced,
                                 fp8_output_proj=bool(par.get("fp8_output_proj", False)),
+                                distribute_saved_activations=_distributed_saved(par, par_int("tp"), sp, notes),
                                 # Megatron --use-tp-pp-dp-mapping (NeMo / MLPerf TP_PP_DP_MAPPING=True)
                                 tp_pp_dp_mapping=par.get("tp_pp_dp_mapping") is True,
                                 cp_comm=_cp_comm(par, runtime, par_int("cp"), notes),

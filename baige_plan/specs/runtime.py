@@ -287,6 +287,12 @@ class RuntimeSpec:
     split_accounting: bool = False     # embedding / loss counted as pipeline layers (Megatron account_for_*)
     bf16_grad_reduce: bool = False     # bf16 main grads reduced in bf16 (Megatron --grad-reduce-in-bf16)
     tp_pp_dp_mapping: bool = False     # rank order tp-cp-ep-pp-dp on request (Megatron --use-tp-pp-dp-mapping)
+    # full recompute keeps 1/tp of each checkpointed input (StrategySpec.distribute_saved_activations) and rebuilds
+    # it in the backward: "" = not offered; "into_tensor" = all_gather_into_tensor into an empty buffer (Megatron
+    # --distribute-saved-activations); "zeros_list" = a zero-filled buffer, the rank's part copied in, all_gather
+    # into its list of views, which torch.distributed copies out of a flat staging buffer (DeepSpeed
+    # partition_activations); cost/estimate.py _layer_terms
+    distribute_saved_activations: str = ""
     hsdp_zero: tuple[int, ...] = ()    # ZeRO stages it runs hybrid-sharded (StrategySpec.fsdp_shard; () = none)
     cp_comm: str = "p2p"               # context-parallel attention: "p2p" ring | "allgather" | "torch_ring" (cost/cp.py)
     eager_traffic: str = "autocast_fp32"   # eager execution's non-GEMM traffic (cost/execution.py): the harness's
@@ -400,6 +406,9 @@ class RuntimeSpec:
                     + (f"; it runs it at zero {list(self.hsdp_zero)}" if self.hsdp_zero else ""))
         if getattr(s, "tp_pp_dp_mapping", False) and not self.tp_pp_dp_mapping:
             return f"{self.name} has no tp-pp-dp rank order (Megatron --use-tp-pp-dp-mapping)"
+        if getattr(s, "distribute_saved_activations", False) and not self.distribute_saved_activations:
+            return (f"{self.name} cannot split the checkpointed activations over tensor parallelism (Megatron "
+                    "--distribute-saved-activations, DeepSpeed partition_activations)")
         if getattr(s, "grad_reduce_bf16", False):
             if not self.bf16_grad_reduce:
                 return f"{self.name} has no bf16 gradient-reduction option (Megatron --grad-reduce-in-bf16)"

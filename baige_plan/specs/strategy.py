@@ -108,6 +108,12 @@ class StrategySpec:
     recompute_early_stop: str = ""          # full recomputation through torch's non-reentrant checkpoint stops
                                             # once the backward's tensors exist, skipping the layer's last GEMM
                                             # ("on" | "off"; "": the runtime's, RuntimeSpec.recompute_early_stop)
+    # full recomputation keeps only this rank's 1/tp of each checkpointed layer input and all-gathers it over TP
+    # before the layer runs again in the backward: Megatron --distribute-saved-activations (core tensor_parallel/
+    # random.py CheckpointFunction: split_tensor_into_1d_equal_chunks / gather_split_1d_tensor), DeepSpeed
+    # activation_checkpointing.partition_activations (Megatron-DeepSpeed --partition-activations); cost/estimate.py
+    # _layer_terms, cost/memory.py layer_activation_bytes
+    distribute_saved_activations: bool = False
     loss_kernel: str = ""                   # cross-entropy kernel: "" = the runtime's (RuntimeSpec.memory.loss);
                                             # "flash_xent" = flash_attn.losses.cross_entropy (LLM Foundry's MPT
                                             # default loss_fn fused_crossentropy); "megatron_unfused" = Megatron's
@@ -184,6 +190,17 @@ class StrategySpec:
         if self.tp == 1 and self.sequence_parallel:
             # SP shards along the TP group; with tp=1 it is a no-op, so store the canonical form.
             object.__setattr__(self, "sequence_parallel", False)
+        if self.distribute_saved_activations:
+            # megatron/training/arguments.py (tp > 1, recompute full) and core TransformerConfig.__post_init__ (no SP)
+            require(self.distribute_saved_activations is True, "distribute_saved_activations",
+                    f"must be true or false, got {self.distribute_saved_activations!r}")
+            require(self.tp > 1, "distribute_saved_activations",
+                    f"splits the checkpointed inputs over the tensor-parallel ranks: needs tp > 1, got tp={self.tp}")
+            require(self.recompute == "full", "distribute_saved_activations",
+                    f"applies to full recomputation only, got recompute={self.recompute!r}")
+            require(self.sequence_parallel is False, "distribute_saved_activations",
+                    "must be false with sequence parallelism (the checkpointed input is already split over TP), "
+                    f"got sequence_parallel={self.sequence_parallel!r}")
         if not (self.vpp == 1 or self.pp > 1):
             raise SpecError("vpp", f"vpp={self.vpp} needs pp > 1 (pp={self.pp})")
         for k in ("first_stage_layers", "last_stage_layers"):

@@ -94,6 +94,12 @@ Per micro-batch, outside the GEMMs (github microsoft/DeepSpeed read at tags v0.5
   recipes turn partitioning off (MLPerf v3.1 Intel-HabanaLabs run_gpt.sh, HabanaAI/Megatron-DeepSpeed@470cc029
   scripts/run_llama.sh: pipe_partitioned = grad_partitioned = false with sequence parallelism); the export does
   the same.
+- partition_activations (StrategySpec.distribute_saved_activations, RuntimeSpec "zeros_list"; a run's stated
+  setting, never searched: the export writes it off): full recomputation keeps 1/tp of each checkpointed layer
+  input (runtime/activation_checkpointing/checkpointing.py v0.6.1 partition_activations: narrow().clone()) and
+  rebuilds it before the recompute (gather_partitioned_activations L259-294: torch.zeros of the full size, the
+  rank's part copied in, dist.all_gather into the list of views, which ProcessGroupNCCL::allgather copies out of
+  its flat staging buffer). GLM-130B ran it (Table 11).
 - `recompute: selective` on Intel Gaudi (RuntimeSpec.selective_attention_recompute): HabanaAI's
   Megatron-DeepSpeed wires the Gaudi FusedSDPA kernel as the checkpointed core attention
   (HabanaAI/Megatron-DeepSpeed@470cc029 megatron/model/transformer.py ParallelAttention: core_attention =
@@ -105,8 +111,7 @@ Left out (measured small or not sourceable as a cost): the ThroughputTimer's tor
 every forward micro-step without a DeepSpeed dataloader (engine.py forward, v0.5 on; configurable since as
 timers.throughput.synchronized, which HabanaAI's run_llama.sh sets false): host latency, not a device time;
 the tied-embedding all-reduce before ReduceGrads (ReduceTiedGrads, vocab x h / tp per step);
-partition_activations' all-gather of each checkpointed layer input in the backward (a strategy knob the
-plan does not carry; GLM-130B ran it); CUDA_LAUNCH_BLOCKING=1 (BLOOM-176B's slurm script; BigScience
+CUDA_LAUNCH_BLOCKING=1 (BLOOM-176B's slurm script; BigScience
 measured no throughput change at 160 GPUs, bigscience train/tr11-176B-ml/chronicles-prequel.md).
 """
 
@@ -201,6 +206,9 @@ RUNTIME = RuntimeSpec(
     # cross_entropy.py of its 2022 Megatron base; the fused one came to Megatron-core in 2024)
     loss_kernel="megatron_unfused",
     pipe_partitioned=True,             # runtime/pipe/engine.py: pipe_partitioned / grad_partitioned with tp > 1
+    # activation_checkpointing.partition_activations (runtime/activation_checkpointing/checkpointing.py
+    # partition_activations / gather_partitioned_activations; Megatron-DeepSpeed --partition-activations)
+    distribute_saved_activations="zeros_list",    # gather_partitioned_activations (v0.6.1 L259-294)
     selective_attention_recompute=("intel-gaudi",),   # HabanaAI Megatron-DeepSpeed checkpoints FusedSDPA
     extra_refusal=_refusal,
     extra_refusal_reads=("zero",),

@@ -172,6 +172,8 @@ RUNTIME = RuntimeSpec(
     # perf recipes set the equivalent grad_reduce_in_fp32=False (e.g. llama31_405b_pretrain_1024gpu_h100_bf16)
     bf16_grad_reduce=True,
     tp_pp_dp_mapping=True,      # --use-tp-pp-dp-mapping (training/config/common_config.py, core 0.19)
+    # --distribute-saved-activations (training/arguments.py; core tensor_parallel/random.py CheckpointFunction)
+    distribute_saved_activations="into_tensor",   # gather_split_1d_tensor: all_gather_into_tensor, torch.empty
     # Megatron-FSDP HSDP: --num-distributed-optimizer-instances R > 1 (mcore_fsdp_adapter.py _init_dist_index:
     # enable_hsdp, intra_dp_cp shard group + inter_dist_opt replica group; training/arguments.py)
     hsdp_zero=(3,),

@@ -1,0 +1,106 @@
+"""Full recomputation with the checkpointed inputs split over TP (StrategySpec.distribute_saved_activations:
+Megatron --distribute-saved-activations, DeepSpeed activation_checkpointing.partition_activations), against
+hand-derived values.
+
+One node of 8 A100-SXM4-80GB, as tests/test_deepspeed_execution.py: HBM 2039 GB/s x 0.854 = 1741.3 GB/s; NVSwitch
+all-gather bus bandwidth 300 GB/s x 0.78 = 234 GB/s, latency (8 + 2(n-1)) us for n ranks. Per layer and
+micro-batch, with A = b s h x 2 B the checkpointed layer input and t = tp:
+  - forward: the rank's chunk copied into a new buffer, 2 A / t of HBM traffic (Megatron-core
+    split_tensor_into_1d_equal_chunks(new_buffer=True); DeepSpeed narrow(...).clone());
+  - backward, before the recompute: all-gather of A over TP (alpha + A (t-1)/t / busbw); DeepSpeed's
+    gather_partitioned_activations also zero-fills the full buffer (A), copies the rank's part in (2 A / t) and
+    torch.distributed's list all_gather copies the parts out of its flat staging buffer (2 A): (3 + 2/t) A;
+  - memory: the stored checkpoint is A / t instead of A (Korthikanti 2022's 2 s b h per layer, split t ways).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import yaml
+
+from baige_plan.cost.estimate import estimate
+from baige_plan.cost.memory import layer_activation_bytes
+from baige_plan.errors import SpecError
+from baige_plan.io.catalog import Catalog
+from baige_plan.io.runs import load_runs
+from baige_plan.specs import runtimes
+from baige_plan.specs.job import JobSpec
+from baige_plan.specs.model import ModelSpec
+from baige_plan.specs.runtimes import knobs
+from baige_plan.specs.strategy import StrategySpec
+
+CAT = Catalog.create()
+MODEL = ModelSpec("gpt-1b", 16, 2048, 16, 8192, 50304, activation="gelu", dropout=0.0)
+CLUSTER, _ = CAT.cluster("a100-sxm4-80g:1x8")
+HBM = 2039e9 * 0.854
+BUSBW = 300e9 * 0.78
+JOB = JobSpec(global_batch=16, seq_len=2048, precision="bf16")
+KW = dict(tp=4, dp=2, zero=1, micro_batch=2, recompute="full", sequence_parallel=False)
+
+
+def _pair(runtime: str):
+    """(with, without) the knob, one stage each, same everything else."""
+    s1 = StrategySpec(**KW, distribute_saved_activations=True, **knobs(runtime))
+    s0 = StrategySpec(**KW, **knobs(runtime))
+    return estimate(MODEL, CLUSTER, JOB, s1).stages[0], estimate(MODEL, CLUSTER, JOB, s0).stages[0]
+
+
+A = 2 * 2048 * 2048 * 2                 # micro-batch x seq x hidden x 2 B
+T = 4
+AG = (8 + 2 * (T - 1)) * 1e-6 + A * (T - 1) / T / BUSBW
+SPLIT = 2 * A / T / HBM
+LAYERS = 16
+
+
+@pytest.mark.parametrize("runtime,copies", [("megatron", 0.0), ("deepspeed", (3 + 2 / T) * A / HBM)])
+def test_split_in_forward_gather_before_recompute(runtime, copies):
+    on, off = _pair(runtime)
+    assert math.isclose(on.fwd_s - off.fwd_s, LAYERS * SPLIT, rel_tol=1e-9)
+    assert math.isclose(on.bwd_s - off.bwd_s, LAYERS * (AG + copies), rel_tol=1e-9)
+    assert math.isclose(on.tp_s - off.tp_s, LAYERS * AG, rel_tol=1e-9)
+
+
+def test_checkpoint_memory_is_split_over_tp():
+    full = layer_activation_bytes(MODEL, 2048, 2, T, 1, False, "full", False)
+    split = layer_activation_bytes(MODEL, 2048, 2, T, 1, False, "full", False, distributed=True)
+    assert full == 2 * 2048 * 2 * 2048            # 2 s b h (Korthikanti 2022, full recomputation, no SP)
+    assert split == full / T
+    on, off = _pair("megatron")
+    # pp 1: one micro-batch in flight, so the stage holds each layer's checkpoint once
+    assert math.isclose((off.activations_gib - on.activations_gib) * 2**30, LAYERS * (full - split), rel_tol=1e-9)
+
+
+@pytest.mark.parametrize("kw,why", [
+    (dict(tp=1), "needs tp > 1, got tp=1"),
+    (dict(recompute="selective"), "full recomputation only, got recompute='selective'"),
+    (dict(sequence_parallel=True), "got sequence_parallel=True"),
+])
+def test_rules_of_megatron_arguments(kw, why):
+    with pytest.raises(SpecError) as e:
+        StrategySpec(**{**KW, **kw}, distribute_saved_activations=True)
+    assert e.value.field == "distribute_saved_activations" and why in e.value.reason
+
+
+def test_runtimes_without_it_refuse():
+    s = StrategySpec(**{**KW, "zero": 3}, distribute_saved_activations=True, **knobs("torchtitan"))
+    why = runtimes.get("torchtitan").refusal(s)
+    assert why is not None and "distribute-saved-activations" in why
+    for rt in ("megatron", "deepspeed", "flagscale", "megatron-local"):
+        assert runtimes.get(rt).distribute_saved_activations in ("into_tensor", "zeros_list")
+
+
+def test_runs_loader_reads_partition_activations(tmp_path):
+    rows = yaml.safe_load(open("benchmarks/corpus/glm130b2022.yaml"))
+    assert "partition_activations True" in rows["rows"][0]["parallel"]["recompute"]
+    cases = load_runs("benchmarks/corpus/glm130b2022.yaml", Catalog.create([]))
+    assert all(c.strategy.distribute_saved_activations for c in cases)
+    # stated where it cannot act (tp 1): read as off, with a note
+    row = rows["rows"][0]
+    row["parallel"].update(tp=1, dp=96)
+    p = tmp_path / "r.yaml"
+    p.write_text(yaml.safe_dump({"schema_version": 1, "rows": [row]}))
+    (c,) = load_runs(str(p), Catalog.create([]))
+    assert not c.strategy.distribute_saved_activations
+    assert any("inert" in n for n in c.assumptions)
