@@ -87,8 +87,11 @@ def test_runtimes_without_it_refuse():
     s = StrategySpec(**{**KW, "zero": 3}, distribute_saved_activations=True, **knobs("torchtitan"))
     why = runtimes.get("torchtitan").refusal(s)
     assert why is not None and "distribute-saved-activations" in why
-    for rt in ("megatron", "deepspeed", "flagscale", "megatron-local"):
+    for rt in ("megatron", "deepspeed", "megatron-local"):
         assert runtimes.get(rt).distribute_saved_activations in ("into_tensor", "zeros_list")
+    # FlagScale's fork has the flag, but its export (hetero process meshes) does not write it: refused
+    assert runtimes.get("flagscale").refusal(StrategySpec(**KW, distribute_saved_activations=True,
+                                                          **knobs("flagscale"))) is not None
 
 
 def test_runs_loader_reads_partition_activations(tmp_path):
@@ -104,3 +107,32 @@ def test_runs_loader_reads_partition_activations(tmp_path):
     (c,) = load_runs(str(p), Catalog.create([]))
     assert not c.strategy.distribute_saved_activations
     assert any("inert" in n for n in c.assumptions)
+
+
+def test_plan_file_evaluate_and_exports_carry_it():
+    from _plan_docs import LLAMA3_70B
+    from _plan_docs import plan_doc as _plan_doc
+
+    from baige_plan.exports import deepspeed as ds_export
+    from baige_plan.exports import megatron
+    from baige_plan.io.plans import _strategy
+    from baige_plan.io.serialize import strategy_dict
+
+    s = StrategySpec(**KW, distribute_saved_activations=True)
+    d = strategy_dict(s, 16)
+    assert d["distribute_saved_activations"] is True
+    assert _strategy(d).distribute_saved_activations is True            # plan file -> strategy
+    assert "distribute_saved_activations" not in strategy_dict(StrategySpec(**KW), 16)   # plan files unchanged
+    kw = dict(tp=8, pp=4, dp=2, m=4, nodes=8, recompute="full", sp=False)
+    doc = _plan_doc(LLAMA3_70B, "megatron", **kw, distribute_saved_activations=True)
+    args = {f.name: f.text for f in megatron.export(doc).files}["megatron_args.txt"].split()
+    assert "--distribute-saved-activations" in args
+    assert "--distribute-saved-activations" not in {f.name: f.text for f in megatron.export(
+        _plan_doc(LLAMA3_70B, "megatron", **kw)).files}["megatron_args.txt"].split()
+    # Megatron-DeepSpeed: its flag (megatron/arguments.py --partition-activations, which megatron/initialize.py
+    # passes to deepspeed.checkpointing.configure) and the config file agree
+    doc = _plan_doc(LLAMA3_70B, "deepspeed", **{**kw, "pp": 1, "dp": 8}, distribute_saved_activations=True)
+    cfg, _ = ds_export.ds_config(doc)
+    assert cfg["activation_checkpointing"]["partition_activations"] is True
+    flags = [k for k, _ in ds_export.megatron_deepspeed_args(doc)[0]]
+    assert "--partition-activations" in flags

@@ -100,6 +100,11 @@ def evaluate(
                                           help="Megatron: order ranks tp-cp-ep-pp-dp (--use-tp-pp-dp-mapping): a "
                                           "replica's pipeline stages are neighbours, data parallelism strides over "
                                           "replicas (NVL72 domains)."),
+    distribute_saved_activations: bool = typer.Option(
+        False, "--distribute-saved-activations/--no-distribute-saved-activations",
+        help="Full recompute, tp > 1, no sequence parallelism: keep 1/tp of each checkpointed layer input and "
+        "all-gather it over TP before the recompute (Megatron --distribute-saved-activations, DeepSpeed "
+        "partition_activations)."),
     fsdp_shard: int = typer.Option(0, "--fsdp-shard", metavar="N",
                                    help="Hybrid sharding (HSDP), zero 2/3: shard the states over groups of N of the "
                                    "dp x cp ranks and replicate the groups (torchtitan data_parallel_shard_degree x "
@@ -157,7 +162,8 @@ def evaluate(
                          account_for_embedding=account_for_embedding, account_for_loss=account_for_loss,
                          pipeline_layout=_layout(pipeline_layout),
                          grad_reduce_bf16=grad_reduce_bf16, moe_a2a_overlap=moe_a2a_overlap,
-                         tp_pp_dp_mapping=tp_pp_dp_mapping, fsdp_shard=fsdp_shard)
+                         tp_pp_dp_mapping=tp_pp_dp_mapping, fsdp_shard=fsdp_shard,
+                         distribute_saved_activations=distribute_saved_activations)
         s = pick_runtime(s, m, job, runtime)
         if execution is not None:
             s = s.with_(execution=execution.value)

@@ -85,7 +85,8 @@ def ds_config(doc: dict) -> tuple[dict, list[str]]:
     if rec == "full":
         # Megatron-DeepSpeed --deepspeed-activation-checkpointing calls deepspeed.checkpointing.configure with
         # this file and its own flags (megatron/initialize.py setup_deepspeed_random_and_activation_checkpointing)
-        cfg["activation_checkpointing"] = {"partition_activations": False, "contiguous_memory_optimization": False,
+        cfg["activation_checkpointing"] = {"partition_activations": bool(s.get("distribute_saved_activations")),
+                                           "contiguous_memory_optimization": False,
                                            "cpu_checkpointing": False, "number_checkpoints": i["layers"],
                                            "synchronize_checkpoint_boundary": False, "profile": False}
     if pp > 1:
@@ -190,6 +191,10 @@ def megatron_deepspeed_args(doc: dict) -> tuple[list[tuple[str, object]], list[s
         # --checkpoint-num-layers into PipelineModule's activation_checkpoint_interval
         a += [("--checkpoint-activations", None), ("--checkpoint-num-layers", 1),
               ("--deepspeed-activation-checkpointing", None)]
+        if s.get("distribute_saved_activations"):
+            # megatron/initialize.py passes args.partition_activations to deepspeed.checkpointing.configure, which
+            # overrides the config file's value (set alike in ds_config.json)
+            a.append(("--partition-activations", None))
     elif rec == "selective":
         a.append(("--recompute-granularity", "selective"))
     prec = job.get("precision", "bf16")

@@ -246,6 +246,8 @@ def megatron_args(doc: dict) -> tuple[list[tuple[str, object]], list[str], list[
             a.append(("--recompute-modules", ("core_attn", *s["recompute_modules"].split(","))))
     elif rec == "full":
         a += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"), ("--recompute-num-layers", 1)]
+        if s.get("distribute_saved_activations"):   # 1/tp of each checkpointed input kept (training/arguments.py)
+            a.append(("--distribute-saved-activations", None))
     if s.get("attention") == "standard":
         a.append(("--attention-backend", "unfused"))
 

@@ -71,6 +71,8 @@ def strategy_dict(s: StrategySpec, global_batch: int) -> dict:
         d["grad_reduce_bf16"] = True
     if s.tp_pp_dp_mapping:        # Megatron --use-tp-pp-dp-mapping (rank order tp-cp-ep-pp-dp)
         d["tp_pp_dp_mapping"] = True
+    if s.distribute_saved_activations:   # Megatron --distribute-saved-activations / DeepSpeed partition_activations
+        d["distribute_saved_activations"] = True
     return d
 
 

@@ -94,8 +94,9 @@ Per micro-batch, outside the GEMMs (github microsoft/DeepSpeed read at tags v0.5
   recipes turn partitioning off (MLPerf v3.1 Intel-HabanaLabs run_gpt.sh, HabanaAI/Megatron-DeepSpeed@470cc029
   scripts/run_llama.sh: pipe_partitioned = grad_partitioned = false with sequence parallelism); the export does
   the same.
-- partition_activations (StrategySpec.distribute_saved_activations, RuntimeSpec "zeros_list"; a run's stated
-  setting, never searched: the export writes it off): full recomputation keeps 1/tp of each checkpointed layer
+- partition_activations (StrategySpec.distribute_saved_activations, RuntimeSpec "zeros_list"; a run's or a plan
+  file's setting, never searched; the export writes --partition-activations and ds_config's
+  activation_checkpointing.partition_activations with it): full recomputation keeps 1/tp of each checkpointed layer
   input (runtime/activation_checkpointing/checkpointing.py v0.6.1 partition_activations: narrow().clone()) and
   rebuilds it before the recompute (gather_partitioned_activations L259-294: torch.zeros of the full size, the
   rank's part copied in, dist.all_gather into the list of views, which ProcessGroupNCCL::allgather copies out of

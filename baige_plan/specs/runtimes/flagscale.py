@@ -126,6 +126,7 @@ RUNTIME = replace(
     split_accounting=False,     # counts only, for vpp 1 (see the export below)
     bf16_grad_reduce=False,     # not checked against FlagScale's fork; its export does not write it
     tp_pp_dp_mapping=False,     # not checked against FlagScale's fork; its export does not write it
+    distribute_saved_activations="",   # the fork has Megatron's flag, but its export (hetero meshes) does not write it
     model_features=(),          # MLA / MTP not checked against FlagScale's fork; its export does not write them
     notes=(f"FlagOpen/FlagScale@{COMMIT[:8]} flagscale/train/arguments.py FSTrainArguments.pre_validate_args",
            "flagscale/train/hetero/parallel_context.py RankMapper, ProcessMesh, ParallelContext",
