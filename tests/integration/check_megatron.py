@@ -327,6 +327,10 @@ def check_dir(meg: Megatron, d: Path) -> list[str]:
     eq("recompute_granularity", args.recompute_granularity, None if rec == "none" else rec)
     if rec == "full":
         eq("recompute (method, layers)", (args.recompute_method, args.recompute_num_layers), ("uniform", 1))
+    eq("distribute_saved_activations", bool(args.distribute_saved_activations),
+       bool(s.get("distribute_saved_activations")))
+    eq("TransformerConfig distribute_saved_activations", bool(tc.distribute_saved_activations),
+       bool(s.get("distribute_saved_activations")))
     if rec == "selective":
         eq("recompute_modules", tc.recompute_modules, ["core_attn"])
     eq("CUDA_DEVICE_MAX_CONNECTIONS from launch.sh", launch_env.get("CUDA_DEVICE_MAX_CONNECTIONS"),
@@ -418,6 +422,9 @@ EDITS = (
     ("llama3-70b-zero3-edited", "llama3-70b-gqa", None, {"zero": 3}),
     # hybrid sharding (StrategySpec.fsdp_shard): dp 16 in shard groups of 8 -> --num-distributed-optimizer-instances 2
     ("llama3-8b-megatron-hsdp-edited", "llama3-8b-megatron-fsdp", None, {"fsdp_shard": 8}),
+    # full recompute keeping 1/tp of each checkpointed input (StrategySpec.distribute_saved_activations): no SP
+    ("gpt3-175b-distributed-saved-edited", "gpt3-175b-tp8-pp8-vpp2", None,
+     {"recompute": "full", "sequence_parallel": False, "distribute_saved_activations": True}),
     # the 405B recipe as published (recompute none), whatever the memory model says of it
     ("llama3-405b-bridge-recipe-edited", "llama3-405b-bridge-recipe-fullrec", None, {"recompute": "none"}),
 )
