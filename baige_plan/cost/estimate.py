@@ -493,7 +493,7 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
         ep_t += t_ep
         cp_t += t_cp_f
         hw_flops += 4 * layer_hw - skip_flops
-        if s.distribute_saved_activations and s.tp > 1 and not sp:
+        if s.distribute_saved_activations:     # StrategySpec holds it to tp > 1, no SP (Megatron's rules)
             # --distribute-saved-activations / partition_activations: the forward copies this rank's 1/tp of the
             # checkpointed input into a new buffer (read + write act_sz/tp) and the backward all-gathers it over TP
             # before the layer runs again (on the compute stream: nothing to hide it under). Megatron-core

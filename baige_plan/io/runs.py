@@ -109,10 +109,11 @@ def _distributed_saved(par: dict, tp: int, sp: Any, notes: list[str]) -> bool:
         re.search(r"partition_activations\W{0,3}true|distribute[-_ ]saved[-_ ]activations", text))
     if not on:
         return False
-    if tp > 1 and _recompute(par.get("recompute")) == "full" and not sp:
+    rc = _recompute(par.get("recompute"))
+    if tp > 1 and rc == "full" and not sp:
         return True
-    notes.append(f"distributed saved activations stated but inert here (tp={tp}, recompute "
-                 f"{_recompute(par.get('recompute'))}, sequence parallel {bool(sp)})")
+    notes.append(f"distributed saved activations stated but inert here (tp={tp}, recompute {rc}, "
+                 f"sequence parallel {bool(sp)})")
     return False
 
 
