@@ -25,7 +25,7 @@ from baige_plan.cli.common import (
     progress_line,
 )
 from baige_plan.cli.profile_opts import ProfileOpt, apply_profiles, report_sources
-from baige_plan.cli.runtime_opts import pick_runtime
+from baige_plan.cli.runtime_opts import default_sequence_parallel, pick_runtime
 from baige_plan.cli.values import plan_file
 from baige_plan.cost.classes import primary_class
 from baige_plan.cost.estimate import estimate
@@ -62,7 +62,8 @@ def evaluate(
     recompute: Recompute = typer.Option(Recompute.selective, "--recompute", help=RECOMPUTE_HELP),
     sequence_parallel: bool = typer.Option(None, "--sequence-parallel/--no-sequence-parallel",
                                            help="Sequence parallelism (Megatron: activations split along the "
-                                           "sequence within the TP group) [default: on when tp > 1]."),
+                                           "sequence within the TP group; off where the runtime has none or with "
+                                           "--distribute-saved-activations) [default: on when tp > 1]."),
     attention: Attention = typer.Option(Attention.flash, "--attention",
                                         help=ATTENTION_HELP),
     execution: Execution = typer.Option(None, "--execution",
@@ -156,6 +157,8 @@ def evaluate(
             note(f"--global-batch not given: using dp x micro-batch x 4 x pp = {global_batch}")
         job = JobSpec(global_batch=global_batch, seq_len=seq_len or m.seq_len, precision=precision.value)
         cl = apply_profiles(cl, profile, m, job)
+        if sequence_parallel is None:
+            sequence_parallel = default_sequence_parallel(runtime)
         s = StrategySpec(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, zero=zero, micro_batch=micro_batch, vpp=vpp,
                          recompute=recompute.value, sequence_parallel=sequence_parallel, attention=attention.value,
                          first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,

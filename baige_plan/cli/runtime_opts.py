@@ -27,6 +27,15 @@ def resolve_runtime(opt, heterogeneous: bool) -> str:
     return name
 
 
+def default_sequence_parallel(opt) -> bool | None:
+    """`--sequence-parallel` left unset, for a named runtime: on where it always runs SP with TP, off where it has
+    none (megatron-local, torchtitan, ...), else None (StrategySpec's default: on when tp > 1)."""
+    if opt is None:
+        return None
+    mode = runtimes.get(runtimes.canonical(opt.value if hasattr(opt, "value") else str(opt))).sequence_parallel
+    return {"always": True, "never": False}.get(mode)
+
+
 def check_pins_runtime(name: str, job: JobSpec, **pins) -> None:
     """Exit-2 error for pins the runtime can never run (its declared rules, RuntimeSpec.violation),
     naming the option, the value and the runtime."""

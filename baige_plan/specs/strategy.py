@@ -48,7 +48,7 @@ class StrategySpec:
     micro_batch: int = 1
     vpp: int = 1
     recompute: str = "selective"
-    sequence_parallel: bool | None = None   # None: on when tp > 1 (Megatron default with TP)
+    sequence_parallel: bool | None = None   # None: on when tp > 1 and inputs are not distributed (below)
     attention: str = "flash"                # flash (fused, no s² activations) | standard (2021-era)
     first_stage_layers: int | None = None   # Megatron --decoder-first-pipeline-num-layers (uneven split)
     last_stage_layers: int | None = None    # Megatron --decoder-last-pipeline-num-layers
@@ -186,7 +186,9 @@ class StrategySpec:
             bad = [x for x in self.cuda_graph_scope.split(",") if x not in ("attn", "moe_router", "moe_preprocess", "full")]
             require(not bad, "cuda_graph_scope", f"must list attn, moe_router, moe_preprocess or full, got {bad!r}")
         if self.sequence_parallel is None:
-            object.__setattr__(self, "sequence_parallel", self.tp > 1)
+            # Megatron's default with TP; distributing the checkpointed inputs over TP is its alternative (the two
+            # exclude each other), so asking for that leaves SP off
+            object.__setattr__(self, "sequence_parallel", self.tp > 1 and not self.distribute_saved_activations)
         if self.tp == 1 and self.sequence_parallel:
             # SP shards along the TP group; with tp=1 it is a no-op, so store the canonical form.
             object.__setattr__(self, "sequence_parallel", False)

@@ -38,6 +38,7 @@ def row(plan: dict, summ: dict, gpu: str, chip: str, env: dict) -> dict:
             "sequence_parallel": bool(s.get("sequence_parallel")), "micro_batch": s["micro_batch"],
             "global_batch_seqs": job["global_batch"], "recompute": s.get("recompute", "none"),
             "vpp": s.get("vpp", 1), "precision": job["precision"], "attention": att,
+            "distribute_saved_activations": bool(s.get("distribute_saved_activations")),
             # the export carried no --cross-entropy-loss-fusion when these ran: Megatron's unfused loss
             "loss_kernel": s.get("loss_kernel") or "megatron_unfused",
             "runtime": "megatron-local", "execution": "fused", "tp_comm_overlap": False,
