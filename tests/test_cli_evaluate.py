@@ -78,3 +78,24 @@ def test_bad_inputs_exit_2_one_line(tmp_path):
         assert "Traceback" not in r.output
         lines = [ln for ln in r.stderr.splitlines() if ln.strip() and not ln.startswith("note:")]
         assert len(lines) == 1 and word in lines[0], (args, r.stderr)
+
+
+def test_defaults_are_the_documented_ones_and_a_runtime_that_cannot_run_them_says_which():
+    """SPEC: zero 1, recompute selective when not given. Without --runtime (megatron) they apply; a named runtime
+    that does not run a default gets exit 2 naming the option, that it was not given, and the values it runs."""
+    base = ["evaluate", "llama3-8b", "h100-sxm5-80g:2x8", "--global-batch", "64", "--seq-len", "2048", "--format", "json"]
+    r = run(base)
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)["strategy"]
+    assert d["zero"] == 1 and d["recompute"] == "selective"
+    for rt, flag, runs in (("torchtitan", "--zero", "[0, 2, 3]"), ("pytorch", "--zero", "[0, 3]"),
+                           ("paddle", "--recompute", "['none', 'full']")):
+        r = run(base + ["--runtime", rt] + (["--zero", "3"] if flag == "--recompute" and rt != "paddle" else []))
+        assert r.exit_code == 2
+        assert flag in r.output and "not given" in r.output and runs in r.output and "Traceback" not in r.output
+    r = run(base + ["--runtime", "torchtitan", "--zero", "3"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["strategy"]["zero"] == 3
+    # given explicitly, a value the runtime does not run is its refusal, as before
+    r = run(base + ["--runtime", "torchtitan", "--zero", "1"])
+    assert r.exit_code == 2 and "torchtitan runs ZeRO stages [0, 2, 3], not zero=1" in r.output

@@ -25,7 +25,7 @@ from baige_plan.cli.common import (
     progress_line,
 )
 from baige_plan.cli.profile_opts import ProfileOpt, apply_profiles, report_sources
-from baige_plan.cli.runtime_opts import default_sequence_parallel, pick_runtime
+from baige_plan.cli.runtime_opts import contract_defaults, default_sequence_parallel, pick_runtime
 from baige_plan.cli.values import plan_file
 from baige_plan.cost.classes import primary_class
 from baige_plan.cost.estimate import estimate
@@ -56,10 +56,12 @@ def evaluate(
     cp: int = typer.Option(1, "--cp", help="Context parallel size (sequence split across devices)."),
     ep: int = typer.Option(1, "--ep", help="Expert parallel size (MoE models; divides tp x cp x dp / etp)."),
     etp: int = typer.Option(1, "--etp", help="Expert tensor parallel size."),
-    zero: int = typer.Option(1, "--zero", min=0, max=3, help="ZeRO stage (1 = distributed optimizer)."),
+    zero: int = typer.Option(None, "--zero", min=0, max=3, show_default=False,
+                             help="ZeRO stage (1 = distributed optimizer) [default: 1]."),
     micro_batch: int = typer.Option(1, "--micro-batch", help="Sequences per micro-batch."),
     vpp: int = typer.Option(1, "--vpp", help="Model chunks per device (interleaved 1F1B); 1 = none."),
-    recompute: Recompute = typer.Option(Recompute.selective, "--recompute", help=RECOMPUTE_HELP),
+    recompute: Recompute = typer.Option(None, "--recompute", show_default=False,
+                                        help=RECOMPUTE_HELP + " [default: selective]"),
     sequence_parallel: bool = typer.Option(None, "--sequence-parallel/--no-sequence-parallel",
                                            help="Sequence parallelism (Megatron: activations split along the "
                                            "sequence within the TP group; off where the runtime has none or with "
@@ -159,8 +161,9 @@ def evaluate(
         cl = apply_profiles(cl, profile, m, job)
         if sequence_parallel is None:
             sequence_parallel = default_sequence_parallel(runtime)
+        zero, recompute = contract_defaults(runtime, zero, recompute.value if recompute is not None else None)
         s = StrategySpec(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, zero=zero, micro_batch=micro_batch, vpp=vpp,
-                         recompute=recompute.value, sequence_parallel=sequence_parallel, attention=attention.value,
+                         recompute=recompute, sequence_parallel=sequence_parallel, attention=attention.value,
                          first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
                          account_for_embedding=account_for_embedding, account_for_loss=account_for_loss,
                          pipeline_layout=_layout(pipeline_layout),

@@ -36,6 +36,24 @@ def default_sequence_parallel(opt) -> bool | None:
     return {"always": True, "never": False}.get(mode)
 
 
+def contract_defaults(opt, zero: int | None, recompute: str | None) -> tuple[int, str]:
+    """`--zero` / `--recompute` as given, or the documented defaults (zero 1, recompute selective). A default the
+    named runtime does not run is an error that says so and lists what it runs, rather than the runtime's refusal of
+    a value the user never typed (torchtitan and FSDP runtimes: no ZeRO-1; paddle: no selective)."""
+    z = 1 if zero is None else zero
+    rc = "selective" if recompute is None else recompute
+    if opt is not None:
+        name = runtimes.canonical(opt.value if hasattr(opt, "value") else str(opt))
+        rt = runtimes.get(name)
+        if zero is None and z not in rt.zero_stages:
+            raise SpecError("--zero", f"not given, so the default 1 (distributed optimizer), which {name} does not run:"
+                            f" pass one of its ZeRO stages {list(rt.zero_stages)}")
+        if recompute is None and rc not in rt.recompute:
+            raise SpecError("--recompute", f"not given, so the default 'selective', which {name} does not run: pass "
+                            f"one of {list(rt.recompute)}")
+    return z, rc
+
+
 def check_pins_runtime(name: str, job: JobSpec, **pins) -> None:
     """Exit-2 error for pins the runtime can never run (its declared rules, RuntimeSpec.violation),
     naming the option, the value and the runtime."""
