@@ -147,3 +147,11 @@ def test_topology_group_keys_round_trip(tmp_path):
     doc["groups"] = [dict(g, chip=c.chip_ref) for g, c in zip(doc["groups"], cl2.groups, strict=True)]
     back = cluster_from_dict(doc, "t", lambda ref, src, field: cat.chip(ref))
     assert back.groups[0].fp32_matmul == "fp32" and back.groups[0].nics_per_node == 1
+
+
+def test_idle_devices_note_names_the_batches_batch_tolerance_would_try(cloud):
+    """80 A100 + 240 V100, batch 1024: a plan leaving devices idle says which batches --batch-tolerance 2 tries
+    (1020 = 20 x 51, 1040 = 80 x 13, 1008 = 16 x 63: test_batch_tolerance_candidates), with their change."""
+    from baige_plan.search.hetero import _nearest_batches
+    assert _nearest_batches(1024, cloud[320]) == ": with 2, it tries 1020 (-0.4%), 1040 (+1.6%), 1008 (-1.6%)"
+    assert _nearest_batches(1024, cloud[320], 0.0) == ""

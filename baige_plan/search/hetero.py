@@ -811,6 +811,15 @@ def _alternatives(model, cluster, job, best: Estimate, results: list, n: int, me
     return tuple(out)
 
 
+def _nearest_batches(batch: int, cluster: ClusterSpec, pct: float = 2.0) -> str:
+    """The batches `--batch-tolerance pct` would try (search/batch_tolerance.py), for the idle-devices note."""
+    from baige_plan.search.batch_tolerance import candidate_batches
+    near = candidate_batches(batch, cluster, pct)
+    if not near:
+        return ""
+    return f": with {pct:g}, it tries " + ", ".join(f"{b} ({(b - batch) / batch:+.1%})" for b in near)
+
+
 def _idle_reasons(model, cluster, job, p: PipelinesSpec, e: Estimate, results: list, runtime: str
                   ) -> tuple[tuple[str, int, str], ...]:
     """Why each group with idle devices is not used more: its chip lacks a figure, or the fastest plan
@@ -836,6 +845,6 @@ def _idle_reasons(model, cluster, job, p: PipelinesSpec, e: Estimate, results: l
             if job.global_batch % max(1, g.devices // max(1, min(g.devices_per_node, g.devices))) != 0:
                 # the batch does not split over one replica per node of this group: say how to use it anyway
                 why += ("; --batch-tolerance PCT lets the global batch move to a size that splits over whole groups "
-                        "(search/batch_tolerance.py)")
+                        "(search/batch_tolerance.py)" + _nearest_batches(job.global_batch, cluster))
         out.append((g.name, idle, why))
     return tuple(out)
