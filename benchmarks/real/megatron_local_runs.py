@@ -39,6 +39,9 @@ def row(plan: dict, summ: dict, gpu: str, chip: str, env: dict) -> dict:
             "global_batch_seqs": job["global_batch"], "recompute": s.get("recompute", "none"),
             "vpp": s.get("vpp", 1), "precision": job["precision"], "attention": att,
             "distribute_saved_activations": bool(s.get("distribute_saved_activations")),
+            # Megatron's --account-for-embedding/loss-in-pipeline-split (uneven interleaved plans)
+            "account_for_embedding": bool(s.get("account_for_embedding")),
+            "account_for_loss": bool(s.get("account_for_loss")),
             # the export carried no --cross-entropy-loss-fusion when these ran: Megatron's unfused loss
             "loss_kernel": s.get("loss_kernel") or "megatron_unfused",
             "runtime": "megatron-local", "execution": "fused", "tp_comm_overlap": False,
