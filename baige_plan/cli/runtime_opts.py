@@ -8,11 +8,16 @@ from baige_plan.specs import runtimes
 from baige_plan.specs.job import JobSpec
 
 
+def _named(opt) -> str:
+    """The canonical runtime name of a `--runtime` value (the Typer enum or its text)."""
+    return runtimes.canonical(opt.value if hasattr(opt, "value") else str(opt))
+
+
 def resolve_runtime(opt, heterogeneous: bool) -> str:
     """The runtime a plan targets: the one named, else the default (megatron; flagscale on clusters of
     several groups, since Megatron-LM cannot put pipeline stages on different chip types)."""
     if opt is not None:
-        name = runtimes.canonical(opt.value if hasattr(opt, "value") else str(opt))
+        name = _named(opt)
         if name in runtimes.BACKTEST_ONLY:
             raise SpecError("--runtime", f"{name} is costed by evaluate and backtest only (no export to launch a "
                             "plan with); plan for torchtitan (PyTorch FSDP2) or megatron instead")
@@ -32,7 +37,7 @@ def default_sequence_parallel(opt) -> bool | None:
     none (megatron-local, torchtitan, ...), else None (StrategySpec's default: on when tp > 1)."""
     if opt is None:
         return None
-    mode = runtimes.get(runtimes.canonical(opt.value if hasattr(opt, "value") else str(opt))).sequence_parallel
+    mode = runtimes.get(_named(opt)).sequence_parallel
     return {"always": True, "never": False}.get(mode)
 
 
@@ -43,7 +48,7 @@ def contract_defaults(opt, zero: int | None, recompute: str | None) -> tuple[int
     z = 1 if zero is None else zero
     rc = "selective" if recompute is None else recompute
     if opt is not None:
-        name = runtimes.canonical(opt.value if hasattr(opt, "value") else str(opt))
+        name = _named(opt)
         rt = runtimes.get(name)
         if zero is None and z not in rt.zero_stages:
             raise SpecError("--zero", f"not given, so the default 1 (distributed optimizer), which {name} does not run:"
@@ -78,7 +83,7 @@ def pick_runtime(s, model, job: JobSpec, opt):
 
     check_strategy(s, model, job)
     if opt is not None:
-        name = runtimes.canonical(opt.value if hasattr(opt, "value") else str(opt))
+        name = _named(opt)
         why = runtimes.get(name).refusal(s, model, job)
         if why:
             raise SpecError("--runtime", why)
