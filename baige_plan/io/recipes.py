@@ -17,7 +17,8 @@ table (one flow list per line, the values in `columns` order) so that it stays s
     rows:
     - ["nemo_perf_2502_gpt3_175b_b200_512gpu_fp8", "nemo_perf_2502", "GPT-3 175B ...", 96, 12288, ...]
 
-(model: the model's name in the source; experts, top_k, expert_ffn_hidden 0: a dense model; params: total
+(model: the model's name in the source; chip: the catalog id, or for a run the corpus does not score (row key
+`excluded`) the device as its source names it, which may be a part the catalog has no file for; experts, top_k, expert_ffn_hidden 0: a dense model; params: total
 parameters, cost/params.py; first/last_stage_layers null: not set; pipeline_layout: transformer layers per virtual
 stage, null: not set; recompute_modules: Megatron's beyond core_attn under selective recompute, "" none; tp_pp_dp_mapping: Megatron's
 tp-cp-ep-pp-dp rank order; fsdp_shard: the hybrid-sharding group, 0 full sharding; measured_step_time_s null: not
@@ -165,12 +166,15 @@ def load_recipes(path: str | None = None) -> tuple[Recipe, ...]:
     return parse_recipes(read_document(p), str(p))
 
 
-def recipe_row(case) -> list:
-    """One index row (COLUMNS, without the source) of a loaded run (io/runs.py RunCase)."""
+def recipe_row(case, hardware: str | None = None) -> list:
+    """One index row (COLUMNS, without the source) of a loaded run (io/runs.py RunCase). `hardware`: the device as
+    the source names it, written as the chip of a run the corpus does not score (its row's `excluded`): such a row
+    may be loaded on a stand-in chip file (an H100 96GB HBM2e at 500 W on h100-sxm5-80g, a GB300 on b300), so its
+    catalog id would misstate where it was measured, and it never counts as the user's own chip."""
     m, s, g = case.model, case.strategy, case.cluster.groups[0]
     step = case.measured_step_time_s
     vals = {"id": case.id, "model": m.name, **dict(zip(SHAPE, shape_of(m), strict=True)), "params": total_params(m),
-            "chip": g.chip.id, "family": g.chip.family, "gpus": case.cluster.devices, "gpus_per_node": g.devices_per_node,
+            "chip": hardware or g.chip.id, "family": g.chip.family, "gpus": case.cluster.devices, "gpus_per_node": g.devices_per_node,
             **{k: getattr(s, k) for k in LAYOUT}, "sequence_parallel": bool(s.sequence_parallel),
             "pipeline_layout": None if s.pipeline_layout is None else list(s.pipeline_layout),
             "precision": case.job.precision, "seq_len": case.job.seq_len, "global_batch": case.job.global_batch,
