@@ -884,7 +884,8 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
         local_e = model.moe.experts / s.ep if model.moe is not None and expert_gemm_kind(s) == "linear" else 0.0
         host = eager_host_s(n_layers, n_moe, local_e, s.recompute == "full", s.dp * s.cp, s.zero, s.tp,
                             ep=s.ep, expert_ddp=s.edp > 1, micro_batches=m,
-                            ranks_per_host=cpu_ranks)
+                            ranks_per_host=cpu_ranks, op_sac=s.recompute == "selective" and
+                            ctx.rt.memory.selective == "op_sac")
         if s.cp > 1 and (s.cp_comm or ctx.rt.cp_comm) == "torch_ring":
             # PyTorch's ring attention: DTensor dispatch and the ring's Python per layer (cost/cp.py TORCH_RING_HOST_S,
             # forward + backward); full recomputation issues the forward's share again (25 of its ~63 ops)

@@ -138,6 +138,12 @@ class EagerHost:
     slowest_4_rank_host_us_per_op: float = 13.96
     ops_per_layer: float = 290.0
     recompute_ops_per_layer: float = 133.0
+    # torchtitan's op-level selective AC (torch.utils.checkpoint with a policy: a Python TorchDispatchMode sees every
+    # op of the block's forward and of its recomputation), in dense ops of host per layer: torchtitan 0.2.2's own
+    # Llama block under its own apply_ac, device work nil (benchmarks/real/sac_host.py, two 2x H200 leases): 7.99 /
+    # 10.96 ms per layer where the same layer without AC took 2.07 / 1.76 ms, i.e. 2.86 / 5.23 x the layer's own host
+    # on top; their mean x 290 ops (docs/VALIDATION.md "torchtitan op-level selective AC at micro-batch 1")
+    op_sac_ops_per_layer: float = 1173.0
     ddp_ops_per_layer: float = 36.0
     fsdp_ops_per_layer: float = 179.0      # counted; costed by Fsdp2Host instead
     tp_ops_per_layer: float = 18.0        # counted; costed by tp_collective_s / tp_passthrough_s instead
@@ -297,14 +303,16 @@ def host_contention(ranks_per_host: int) -> float:
 
 def eager_host_s(n_layers: int, n_moe: int, local_experts: float, recompute_full: bool, dp: int, zero: int,
                  tp: int, ep: int = 1, expert_ddp: bool = False, micro_batches: int = 1,
-                 ranks_per_host: int = 1) -> float:
+                 ranks_per_host: int = 1, op_sac: bool = False) -> float:
     """Host dispatch time of one micro-batch on one stage (eager PyTorch). `expert_ddp`: DDP reduces
     the (replicated) expert parameters too (EP < the data-parallel size: expert data parallelism > 1).
     ZeRO-3 is FSDP2: its hooks cost `FSDP2_HOST.unit_s` per unit (the stage's layers + its root) per
     micro-batch instead of `fsdp_ops_per_layer` counted ops, and its DTensor optimizer step
-    `FSDP2_HOST.optimizer_unit_s` per unit, spread over the step's `micro_batches`."""
+    `FSDP2_HOST.optimizer_unit_s` per unit, spread over the step's `micro_batches`. `op_sac`: torchtitan's op-level
+    selective AC, whose dispatch mode adds `op_sac_ops_per_layer` to every dense layer."""
     h = EAGER_HOST
-    per_layer = h.ops_per_layer + (h.recompute_ops_per_layer if recompute_full else 0.0)
+    per_layer = h.ops_per_layer + (h.recompute_ops_per_layer if recompute_full else 0.0) \
+        + (h.op_sac_ops_per_layer if op_sac else 0.0)
     ddp = zero < 3 and dp > 1
     fsdp = 0.0
     if zero >= 3:
