@@ -246,6 +246,12 @@ ANALYTICAL = "analytical"
 MEASURABLE = ("compute", "activation_memory", "optimizer_step")
 
 
+def runs_op_sac(s: StrategySpec, rt=None) -> bool:
+    """Whether `s` recomputes with torchtitan's op-level selective AC (selective on a runtime whose selective
+    recomputation is op SAC). `rt`: the runtime's spec when the caller holds it."""
+    return s.recompute == "selective" and (rt or runtimes.get(s.runtime)).memory.selective == "op_sac"
+
+
 def join_sources(labels: set[str]) -> str:
     """Measured labels first (sorted), "analytical" last."""
     if len(labels) == 1:            # the common case (every stage of an analytical estimate): that label
@@ -509,7 +515,7 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
             comp += t_split + t_copy
             rec += t_gather + t_copy
             tp_t += t_gather
-    elif s.recompute == "selective" and runtimes.get(s.runtime).memory.selective == "op_sac":
+    elif runs_op_sac(s):
         # torchtitan's op-level selective AC (derived from its source in specs/runtimes/torchtitan.py
         # op_sac_recomputed): the backward re-runs every op of the layer's forward whose output is not
         # saved -- every second weight GEMM, the router and routed-expert GEMMs, the memory-bound ops
@@ -553,7 +559,7 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
     if e:
         expert_p += e / (s.ep * s.etp)
     # what "selective" stores is the runtime's (Megatron core-attention recompute, torchtitan op-level SAC)
-    op_sac = s.recompute == "selective" and runtimes.get(s.runtime).memory.selective == "op_sac"
+    op_sac = runs_op_sac(s)
     act += layer_activation_bytes(model, seq, s.micro_batch, s.tp, s.cp, sp, s.recompute, std, moe, act_bytes,
                                   selective=runtimes.get(s.runtime).memory.selective,
                                   fp8_gemm_inputs=r.dtype == "fp8" and runtimes.get(s.runtime).memory.fp8_gemm_inputs,
@@ -884,8 +890,7 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
         local_e = model.moe.experts / s.ep if model.moe is not None and expert_gemm_kind(s) == "linear" else 0.0
         host = eager_host_s(n_layers, n_moe, local_e, s.recompute == "full", s.dp * s.cp, s.zero, s.tp,
                             ep=s.ep, expert_ddp=s.edp > 1, micro_batches=m,
-                            ranks_per_host=cpu_ranks, op_sac=s.recompute == "selective" and
-                            ctx.rt.memory.selective == "op_sac")
+                            ranks_per_host=cpu_ranks, op_sac=runs_op_sac(s, ctx.rt))
         if s.cp > 1 and (s.cp_comm or ctx.rt.cp_comm) == "torch_ring":
             # PyTorch's ring attention: DTensor dispatch and the ring's Python per layer (cost/cp.py TORCH_RING_HOST_S,
             # forward + backward); full recomputation issues the forward's share again (25 of its ~63 ops)

@@ -18,11 +18,11 @@ table (one flow list per line, the values in `columns` order) so that it stays s
     - ["nemo_perf_2502_gpt3_175b_b200_512gpu_fp8", "nemo_perf_2502", "GPT-3 175B ...", 96, 12288, ...]
 
 (model: the model's name in the source; chip: the catalog id, or for a run the corpus does not score (row key
-`excluded`) the device as its source names it, which may be a part the catalog has no file for; experts, top_k, expert_ffn_hidden 0: a dense model; params: total
-parameters, cost/params.py; first/last_stage_layers null: not set; pipeline_layout: transformer layers per virtual
-stage, null: not set; recompute_modules: Megatron's beyond core_attn under selective recompute, "" none; tp_pp_dp_mapping: Megatron's
-tp-cp-ep-pp-dp rank order; fsdp_shard: the hybrid-sharding group, 0 full sharding; measured_step_time_s null: not
-published.)
+`excluded`) the device as its source names it, which may be a part the catalog has no file for; experts, top_k,
+expert_ffn_hidden 0: a dense model; params: total parameters, cost/params.py; first/last_stage_layers null: not set;
+pipeline_layout: transformer layers per virtual stage, null: not set; recompute_modules: Megatron's beyond core_attn
+under selective recompute, "" none; tp_pp_dp_mapping: Megatron's tp-cp-ep-pp-dp rank order; fsdp_shard: the
+hybrid-sharding group, 0 full sharding; measured_step_time_s null: not published.)
 
 The nearest recipe (`candidates`, `nearest`): a recipe is near when it ran on the user's chip family and its
 model has the user's shape (layers, hidden, heads, kv_heads, ffn_hidden, vocab, experts, top_k,
@@ -174,7 +174,8 @@ def recipe_row(case, hardware: str | None = None) -> list:
     m, s, g = case.model, case.strategy, case.cluster.groups[0]
     step = case.measured_step_time_s
     vals = {"id": case.id, "model": m.name, **dict(zip(SHAPE, shape_of(m), strict=True)), "params": total_params(m),
-            "chip": hardware or g.chip.id, "family": g.chip.family, "gpus": case.cluster.devices, "gpus_per_node": g.devices_per_node,
+            "chip": hardware or g.chip.id, "family": g.chip.family, "gpus": case.cluster.devices,
+            "gpus_per_node": g.devices_per_node,
             **{k: getattr(s, k) for k in LAYOUT}, "sequence_parallel": bool(s.sequence_parallel),
             "pipeline_layout": None if s.pipeline_layout is None else list(s.pipeline_layout),
             "precision": case.job.precision, "seq_len": case.job.seq_len, "global_batch": case.job.global_batch,

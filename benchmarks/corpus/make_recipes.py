@@ -40,8 +40,8 @@ def rows_of(path: Path, catalog: Catalog) -> tuple[list[tuple[str, str, list]], 
         src = raw.get("source") or {}
         # a run not scored because its device is not in the catalog (loaded on a stand-in chip file) keeps the
         # device its source names (recipe_row)
-        hw = str((raw.get("hardware") or {}).get("gpu_model") or "") if _stand_in(case.excluded) else ""
-        rows.append((str(src.get("key") or path.stem), str(src.get("url") or ""), recipe_row(case, hw or None)))
+        hw = (raw.get("hardware") or {}).get("gpu_model") if _stand_in(case.excluded) else None
+        rows.append((str(src.get("key") or path.stem), str(src.get("url") or ""), recipe_row(case, hw and str(hw))))
     return rows, skipped
 
 
