@@ -13,9 +13,25 @@ CHIP="${1:?CHIP}"; N="${2:?devices}"; OUT="${3:?OUTDIR}"; SET="${4:-base}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BP="${BAIGE_PLAN:-baige-plan}"
 mkdir -p "$OUT"
-# model tp pp dp cp zero mb recompute vpp (the rows of `plan MODEL CHIP:1xN --global-batch 16 --seq-len 4096
+# SET "moe" (2026-11-28): fine-grained MoE models no real run had measured, OLMoE-1B-7B (64 experts top-8) and
+# Qwen3-30B-A3B (128 experts top-8; model files in benchmarks/real/catalog/models/), built as torchtitan 0.2.2 qwen3
+# flavors by the export; the planner's top plan and the best of each other layout 0.2.2 trains, chosen and predicted
+# before any was launched. A tenth column pins expert parallelism (default 1).
+# model tp pp dp cp zero mb recompute vpp [ep] (the rows of `plan MODEL CHIP:1xN --global-batch 16 --seq-len 4096
 # --runtime torchtitan --top 30` that torchtitan 0.2.2 trains in bf16: FSDP over dp or cp, and DDP)
 case "$CHIP:$N:$SET" in
+  h200-sxm-141g:4:moe) PLANS="
+olmoe-1b-7b 1 1 4 1 2 4 none 1 1
+olmoe-1b-7b 1 1 4 1 3 4 none 1 1
+olmoe-1b-7b 1 1 4 1 3 2 none 1 1
+olmoe-1b-7b 1 1 2 2 2 8 none 1 1
+olmoe-1b-7b 2 1 2 1 2 8 none 1 1
+olmoe-1b-7b 1 1 4 1 3 4 none 1 4
+olmoe-1b-7b 1 1 4 1 3 4 none 1 2
+olmoe-1b-7b 1 1 4 1 2 4 selective 1 1
+qwen3-30b-a3b 2 1 2 1 3 1 full 1 1
+qwen3-30b-a3b 2 1 2 1 3 1 full 1 4
+" ;;
   h200-sxm-141g:4:unseen) PLANS="
 mistral-7b 1 1 4 1 2 4 none 1
 mistral-7b 1 1 4 1 3 4 none 1
@@ -73,13 +89,16 @@ llama2-7b 1 1 1 1 0 1 full 1
   *) echo "no plan list for $CHIP:$N" >&2; exit 2 ;;
 esac
 n=0
-while read -r model tp pp dp cp zero mb rc vpp; do
+while read -r model tp pp dp cp zero mb rc vpp ep; do
   [ -z "$model" ] && continue
   n=$((n + 1))
+  ep="${ep:-1}"
   id="$(printf '%02d' $n)_${model}_tp${tp}_pp${pp}_dp${dp}_cp${cp}_z${zero}_mb${mb}_${rc:0:3}"
+  [ "$ep" = 1 ] || id="${id}_ep${ep}"
   d="$OUT/$id"
   mkdir -p "$d"
   "$BP" -q plan "$model" "$CHIP:1x$N" --global-batch 16 --seq-len 4096 --runtime torchtitan \
+    --catalog "$ROOT/benchmarks/real/catalog" --ep "$ep" \
     --tp "$tp" --pp "$pp" --dp "$dp" --cp "$cp" --zero "$zero" --micro-batch "$mb" --recompute "$rc" --vpp "$vpp" \
     --out "$d/plan.yaml" > /dev/null || { echo "$id: no plan" >&2; rm -rf "$d"; continue; }
   if "$BP" -q export "$d/plan.yaml" --to torchtitan --runtime-version 0.2 --out-dir "$d" > /dev/null 2> "$d/export.err"; then
