@@ -23,7 +23,10 @@ def row(plan: dict, summ: dict, gpu: str, chip: str, env: dict, skip: int, date:
     n = sum(g["nodes"] * g["devices_per_node"] for g in groups)
     model = {k: m[k] for k in MODEL_KEYS if m.get(k) is not None}
     model["seq_len"] = job["seq_len"]
-    model["type"] = "dense"
+    model["type"] = "moe" if m.get("moe") else "dense"
+    if m.get("moe"):
+        model["moe"] = {k: m["moe"][k] for k in ("experts", "top_k", "expert_ffn_hidden", "shared_experts",
+                                                  "layer_freq", "first_dense_layers") if k in m["moe"]}
     zero = s.get("zero", 0)
     fsdp = {0: "no FSDP", 2: "FSDP2 reshard_after_forward never (ZeRO-2)", 3: "FSDP2 full shard (ZeRO-3)"}.get(
         zero, f"FSDP2 (zero {zero})")
@@ -39,7 +42,8 @@ def row(plan: dict, summ: dict, gpu: str, chip: str, env: dict, skip: int, date:
         "model": model,
         "hardware": {"gpu_model": gpu, "chip": chip, "num_gpus": n, "gpus_per_node": n, **env},
         "parallel": {
-            "tp": s["tp"], "pp": s["pp"], "dp": s["dp"], "cp": s.get("cp", 1), "zero": zero,
+            "tp": s["tp"], "pp": s["pp"], "dp": s["dp"], "cp": s.get("cp", 1),
+            **({"ep": s.get("ep", 1), "etp": s.get("etp", 1)} if m.get("moe") else {}), "zero": zero,
             "sequence_parallel": bool(s.get("sequence_parallel")), "micro_batch": s["micro_batch"],
             "global_batch_seqs": job["global_batch"], "recompute": s.get("recompute", "none"),
             "precision": job["precision"], "attention": s.get("attention", "flash"),
