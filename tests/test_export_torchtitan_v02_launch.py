@@ -145,3 +145,89 @@ def test_0_2_2_refusals_say_what_torchtitan_runs(tmp_path, kw, why):
     from baige_plan.errors import InputError
     with pytest.raises(InputError, match=why.replace("(", r"\(").replace(")", r"\)")):
         _export(tmp_path, **kw)
+
+
+# torchtitan v0.2.2 models/qwen3/model/args.py Qwen3ModelArgs and models/moe/moe.py MoEArgs fields (the dataclasses at
+# the tag), transcribed: the generated MoE module may pass no other keyword
+QWEN3_MODEL_ARGS_0_2_2 = {"dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "head_dim", "hidden_dim", "norm_eps",
+                          "rope_theta", "qk_norm", "max_seq_len", "depth_init", "attn_type", "attn_mask_type", "eos_id",
+                          "enable_weight_tying", "moe_enabled", "moe_inter_dim", "moe_args"}
+MOE_ARGS_0_2_2 = {"num_experts", "num_shared_experts", "score_func", "route_norm", "route_scale", "gate_bias",
+                  "score_before_experts", "top_k", "num_expert_groups", "num_limited_groups", "use_grouped_mm",
+                  "load_balance_coeff", "_debug_force_load_balance"}
+# OLMoE-1B-7B (HF allenai/OLMoE-1B-7B-0924 config.json): a fine-grained MoE torchtitan does not ship
+OLMOE = dict(name="olmoe-1b-7b", layers=16, hidden=2048, heads=16, kv_heads=16, head_dim=128, ffn_hidden=1024, vocab=50304,
+             seq_len=4096, activation="swiglu", tie_embeddings=False, rope_theta=10000.0, norm="rmsnorm", norm_eps=1e-5,
+             qk_norm=True, qkv_bias=False, linear_bias=False,
+             moe=dict(experts=64, top_k=8, expert_ffn_hidden=1024, shared_experts=0, layer_freq=1, first_dense_layers=0,
+                      norm_topk_prob=False, shared_expert_gate=False))
+
+
+def _run_module(text: str) -> dict:
+    """Execute a generated 0.2.2 module against stand-ins of torchtitan's qwen3 / moe modules that accept only the
+    v0.2.2 dataclass fields; returns the qwen3_args registry it wrote into."""
+    import sys
+    import types
+
+    class _Args:
+        fields: set = set()
+
+        def __init__(self, **kw):
+            bad = set(kw) - self.fields
+            assert not bad, f"{type(self).__name__} has no field {bad}"
+            self.__dict__.update(kw)
+
+    class MoEArgs(_Args):
+        fields = MOE_ARGS_0_2_2
+
+    class Qwen3ModelArgs(_Args):
+        fields = QWEN3_MODEL_ARGS_0_2_2
+
+    registry: dict = {}
+    fake = {"torchtitan.models.moe": types.SimpleNamespace(MoEArgs=MoEArgs),
+            "torchtitan.models.qwen3": types.SimpleNamespace(Qwen3ModelArgs=Qwen3ModelArgs, qwen3_args=registry)}
+    saved = {k: sys.modules.get(k) for k in fake}
+    sys.modules.update(fake)
+    try:
+        exec(compile(text, "baige_torchtitan_config.py", "exec"), {})
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                sys.modules.pop(k, None)
+            else:
+                sys.modules[k] = v
+    return registry
+
+
+@pytest.mark.parametrize("kw", [dict(tp=1, dp=4, zero=3, micro_batch=4, ep=4, per_node=4),
+                                dict(tp=2, etp=2, dp=2, zero=3, micro_batch=1, per_node=4, recompute="full")])
+def test_0_2_2_builds_an_moe_model_it_does_not_ship_as_a_qwen3_flavor(tmp_path, kw):
+    """torchtitan 0.2.2 ships qwen3 MoE flavors only (30B-A3B, 235B-A22B); another MoE model is registered into
+    qwen3_args with the planned shape and the fields 0.2.2 lets it set (RoPE theta, norm eps, q/k norm, top-k
+    renormalisation), selected with --model.name qwen3."""
+    files = _export(tmp_path, model=OLMOE, **kw)
+    flags = dict(_flags(files))
+    assert flags["model.name"] == "qwen3" and flags["model.flavor"] == "baige_olmoe_1b_7b"
+    assert flags["experimental.custom_import"] == torchtitan.CONFIG_MODULE
+    for name in flags:
+        section, _, field = name.partition(".")
+        assert field in JOB_CONFIG_0_2_2.get(section, set()), name
+    args = _run_module(files[f"{torchtitan.CONFIG_MODULE}.py"])["baige_olmoe_1b_7b"]
+    assert (args.dim, args.n_layers, args.n_heads, args.n_kv_heads, args.head_dim, args.vocab_size) == \
+        (2048, 16, 16, 16, 128, 50304)
+    assert args.moe_enabled and args.moe_inter_dim == 1024
+    assert (args.rope_theta, args.norm_eps, args.qk_norm, args.enable_weight_tying) == (10000, 1e-5, True, False)
+    m = args.moe_args
+    assert (m.num_experts, m.top_k, m.num_shared_experts, m.route_norm, m.score_func) == (64, 8, 0, False, "softmax")
+    assert "model difference" not in files[torchtitan.ARGS_FILE]      # nothing the 0.2.2 build changes
+
+
+@pytest.mark.parametrize("change, kw, why", [
+    (dict(first_dense_layers=1), dict(dp=4, zero=3), "every layer MoE"),
+    ({}, dict(dp=2, pp=2, zero=3, m=4), "no pipelining_fn"),
+])
+def test_0_2_2_refuses_moe_builds_qwen3_cannot_run(tmp_path, change, kw, why):
+    from baige_plan.errors import InputError
+    model = dict(OLMOE, moe=dict(OLMOE["moe"], **change))
+    with pytest.raises(InputError, match=why):
+        _export(tmp_path, model=model, per_node=4, **kw)

@@ -124,3 +124,26 @@ def test_torchtitan_selective_mb1_fsdp_on_2x_h200_within_its_band():
         lo, hi = e["step_time_band_s"]
         assert abs(e["step_time_s"] / r["step_time_s"] - 1) <= 0.15, r["id"]
         assert lo <= r["step_time_s"] <= hi, r["id"]
+
+
+def test_torchtitan_moe_on_4x_h200_blind_launches():
+    """Fine-grained MoE through torchtitan 0.2.2 (runs_torchtitan_moe_h200x4.yaml: OLMoE-1B-7B, 8 plans; Qwen3-30B-A3B,
+    2 plans), planned, predicted and exported (5c2f4be) before launch. With torchtitan's measured eager routing and
+    grouped-GEMM backward (cost/moe.py TORCHTITAN_ROUTE_*_BYTES, GROUPED_MM_BWD_OVER_FWD) the OLMoE plans are within
+    a 15 % median (38.9 % before) and the predicted best is the measured best in both models. The two Qwen3-30B-A3B
+    plans (tp 2 x dp 2 ZeRO-3, full AC, 8 micro-batches of 1) stay 66-76 % too fast: their steps are FSDP-collective
+    bound (docs/VALIDATION.md), which this bar does not cover."""
+    doc = backtest_file(REAL / "runs_torchtitan_moe_h200x4.yaml", Catalog.create([str(REAL / "catalog")]))
+    rows = doc["rows"]
+    assert len(rows) == 10 and doc["summary"]["evaluated_rows"] == 10
+    olmoe = sorted(abs(r["step_time_error"]) for r in rows if "olmoe" in r["id"])
+    assert len(olmoe) == 8
+    assert (olmoe[3] + olmoe[4]) / 2 <= 0.15
+    rk = doc["summary"]["ranking"]
+    assert len(rk["groups"]) == 2
+    assert all(g["predicted_best"] == g["measured_best"] for g in rk["groups"])
+    # torchtitan's eager MoE saves more than a fused dispatcher (cost/memory.py moe_saved "torchtitan_eager"): the
+    # reserved peaks of the OLMoE plans without EP or AC are within 5 % (19-40 % above the prediction before)
+    plain = [r for r in rows if "olmoe" in r["id"] and "_ep" not in r["id"] and r["id"].endswith("_non")]
+    assert len(plain) == 5
+    assert all(abs(r["memory_error"]) <= 0.05 for r in plain), [(r["id"], r["memory_error"]) for r in plain]

@@ -64,6 +64,7 @@ from baige_plan.cost.moe import (
     a2a_overlap_pair_s,
     a2a_overlap_unmerged,
     ep_node_split,
+    eager_torchtitan_routing,
     expert_gemm_kind,
     host_bound_moe_layer_s,
     host_factor,
@@ -403,7 +404,9 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
             # the MLP's elementwise width: the dense FFN, or an MoE layer's routed (top-k) and shared experts
             ffn = model.ffn_hidden
             if moe and model.moe is not None:
-                ffn = model.moe.expert_ffn_hidden * (model.moe.top_k + model.moe.shared_experts)
+                # torchtitan's routed experts' elementwise work is in its measured routing (added below)
+                routed = 0 if eager_torchtitan_routing(s) else model.moe.top_k
+                ffn = model.moe.expert_ffn_hidden * (routed + model.moe.shared_experts)
             width = ffn * (3 if model.activation == "swiglu" else 1) / model.hidden
             per_layer = (e16.bytes_per_token_layer_hidden + e16.bytes_per_token_layer_mlp_width * width) * tok_h
             param_b = e16.bytes_per_param_per_micro_batch
@@ -416,6 +419,12 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
         m_f = per_layer * EAGER.fwd_share / e_Bps + core_b / r.hbm_Bps
         m_b = (per_layer * (1 - EAGER.fwd_share) + param_b * (d_params / s.tp + e_params / (s.ep * s.etp))) / e_Bps \
             + 2 * core_b / r.hbm_Bps
+        if mt is not None and eager_torchtitan_routing(s):
+            # torchtitan's eager MoE routing, measured (cost/moe.py TORCHTITAN_ROUTE_*_BYTES); a recomputed forward
+            # runs it again
+            m_f += mt.dispatch_fwd_s
+            m_b += mt.dispatch_bwd_s
+            eager_rec += mt.dispatch_fwd_s
     lf = g_f + a_f + m_f
     lb = 2 * g_f + a_b + m_b
     # the forward's device time after an MoE dispatcher's host sync, by phase (cost/moe.py host_bound_moe_layer_s):
@@ -560,10 +569,13 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
         expert_p += e / (s.ep * s.etp)
     # what "selective" stores is the runtime's (Megatron core-attention recompute, torchtitan op-level SAC)
     op_sac = runs_op_sac(s)
+    # torchtitan's eager MoE keeps more than a fused dispatcher (cost/memory.py layer_activation_bytes moe_saved)
+    moe_saved = "torchtitan_eager" if eager_torchtitan_routing(s) else "dispatcher"
     act += layer_activation_bytes(model, seq, s.micro_batch, s.tp, s.cp, sp, s.recompute, std, moe, act_bytes,
-                                  selective=runtimes.get(s.runtime).memory.selective,
+                                  etp=s.etp, selective=runtimes.get(s.runtime).memory.selective,
                                   fp8_gemm_inputs=r.dtype == "fp8" and runtimes.get(s.runtime).memory.fp8_gemm_inputs,
-                                  modules=s.recompute_modules, distributed=s.distribute_saved_activations)
+                                  modules=s.recompute_modules, distributed=s.distribute_saved_activations,
+                                  moe_saved=moe_saved)
     mem = runtimes.get(s.runtime).memory
     if s.execution == "eager" and s.recompute != "full" and not op_sac and mem.autocast_fp32_params and s.zero < 3:
         # autocast over fp32 parameters leaves fp32 activations (measured, cost/execution.py); FSDP2's bf16
@@ -575,7 +587,8 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
         act = meas.activation_bytes
     if s.recompute == "full" or op_sac:
         # the layer being recomputed in the backward holds its un-checkpointed activations
-        working = layer_activation_bytes(model, seq, s.micro_batch, s.tp, s.cp, sp, "none", std, moe, act_bytes)
+        working = layer_activation_bytes(model, seq, s.micro_batch, s.tp, s.cp, sp, "none", std, moe, act_bytes,
+                                         etp=s.etp, moe_saved=moe_saved)
         if meas is not None and meas.working_bytes is not None:
             working = meas.working_bytes
         act_layer_full = max(act_layer_full, working)

@@ -200,7 +200,7 @@ def model_state_bytes_per_param(zero: int, dp: int, weight_bytes: float = 2, gra
 def layer_activation_bytes(model: ModelSpec, seq_len: int, micro_batch: int, tp: int, cp: int, sp: bool,
                            recompute: str, standard_attention: bool, moe: bool = False, act_bytes: int = 2,
                            etp: int = 1, selective: str = "core_attention", fp8_gemm_inputs: bool = False,
-                           modules: str = "", distributed: bool = False) -> float:
+                           modules: str = "", distributed: bool = False, moe_saved: str = "dispatcher") -> float:
     """Stored activation bytes of one transformer layer for one micro-batch (Korthikanti, term by term).
 
     Terms (per token, 16-bit, `sh` = sharded over tp only with SP):
@@ -214,6 +214,14 @@ def layer_activation_bytes(model: ModelSpec, seq_len: int, micro_batch: int, tp:
     `fp8_gemm_inputs`: Transformer Engine's fp8 linears save their fp8-cast input for the weight gradient
     (transformer_engine/pytorch/module/linear.py, layernorm_linear.py: saved_inputmat = the quantized
     inputmat), 1 B instead of 2 for the QKV, projection, MLP and second-MLP inputs.
+    `moe_saved`: "dispatcher" (a fused permute/unpermute: the expert activations and the permuted copies above), or
+    "torchtitan_eager": what torchtitan 0.2.2's eager MoE.forward (models/moe/moe.py, utils.py _permute) leaves for
+    its backward per routed row of R = tokens/tp x top-k x etp: the padded permuted input that both first
+    grouped_mm save (2h), the first GEMM's output for silu, silu's output and the third GEMM's output for the
+    product, and the product for the second GEMM (4 x 2f/etp), the fp32 copy of the unsorted expert outputs bmm
+    saves for the score-weighted combine (4h), and three int64 index sets (routing, expert order, padding
+    permutation: 24 B); per token the fp32 router softmax output (4E, over the tokens the rank routes). The
+    norm and MoE inputs stay as above; shared experts are a plain FeedForward.
     """
     if recompute == "selective" and selective == "op_sac":
         return op_sac_layer_bytes(model, seq_len, micro_batch, tp, cp, sp, moe, act_bytes)
@@ -248,7 +256,13 @@ def layer_activation_bytes(model: ModelSpec, seq_len: int, micro_batch: int, tp:
         f_tok = model.ffn_hidden / t
     up = 4 if model.activation == "swiglu" else 2
     mlp = (2 * h + 2 * h) / sh * ab + (up + 2) * f_tok * ab + drop * h / sh
-    if moe and model.moe is not None:
+    if moe and model.moe is not None and moe_saved == "torchtitan_eager":
+        e = model.moe
+        rows = e.top_k * etp / t                           # routed rows per token of the micro-batch
+        shared = (up + 2) * e.expert_ffn_hidden * e.shared_experts / t * ab
+        mlp = (2 * h + 2 * h) / sh * ab + drop * h / sh + shared \
+            + rows * ((2 * h + 8 * e.expert_ffn_hidden / etp) * ab + 4 * h + 24) + 4 * e.experts * etp / t
+    elif moe and model.moe is not None:
         mlp += 2 * h * model.moe.top_k / t * ab   # permuted token copies held for the combine
     if fp8_gemm_inputs:
         mlp -= h / sh + model.o_dim / t + h / sh + f_tok   # 1 B of the 2 of each saved GEMM input

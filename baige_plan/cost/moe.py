@@ -64,12 +64,26 @@ GROUPED_MM_RUNTIMES = ("torchtitan",)
 # (torch._grouped_mm), NeMo Automodel (`experts: gmm`: the grouped_gemm library's ops.gmm; its backward is not
 # torch._grouped_mm's, so GROUPED_MM_BWD_OVER_FWD is not applied to it)
 GROUPED_EXPERT_RUNTIMES = ("torchtitan", "automodel")
-# torch._grouped_mm backward / forward time (autograd: grouped dgrad + K-grouped wgrad), median over the 28
-# device-bound points (forward >= 0.1 ms) of two runs, benchmarks/real/moe_expert_streams_h100{_run1,}.raw.json
-# (H100, torch 2.11; Qwen3-30B-A3B / gpt-oss-120b / harness expert shapes, 8-128 experts x 64-8192 tokens;
-# quartiles 2.6-4.5: about 2.2-2.6 at >= 4096 tokens per expert, 4-4.9 where weight-bound); TE's 4-stream
-# cuBLAS loop measured 2.06 (1.61-2.55) on the same points (compute.TE_GEMM_STREAMS).
-GROUPED_MM_BWD_OVER_FWD = 3.3
+# torch._grouped_mm backward / forward time (autograd: grouped dgrad + K-grouped wgrad) inside torchtitan 0.2.2's own
+# MoE module, gradients written as a first micro-batch writes them: median of the 12 points of
+# benchmarks/real/tt_moe_layer_h200.raw.json (1x H200, torch 2.11; OLMoE-1B-7B, Qwen3-30B-A3B and Qwen3-235B-A22B
+# layers at 4,096-32,768 tokens, 256-4,096 rows per expert; range 1.93-2.25), the CUTLASS grouped kernels' summed
+# device time of one profiled backward over the forward's. The earlier 3.3 (moe_expert_streams_h100{_run1,}.raw.json,
+# 4-4.9 where weight-bound) timed repeated backwards into gradients it never cleared, so each adds the weight
+# gradient's accumulation (read + read + write of E x h x f) to the grouped GEMMs.
+GROUPED_MM_BWD_OVER_FWD = 2.11
+# torchtitan 0.2.2's eager MoE routing around the grouped GEMMs (models/moe/moe.py MoE.forward: router softmax and
+# top-k, histc, stable argsort, the gather of the routed rows, indices_padding_wrapper's padded permutation and its
+# inverse, the fp32 score scaling and bmm combine, scatter-add; their autograd, the sort-based index backward
+# among them): device seconds per (token x top-k x hidden) element on one GPU, as HBM bytes at the chip's
+# achievable rate (ChipRates.hbm_Bps, 4.30 TB/s for H200), the medians of the 9 points at >= 8,192 tokens of
+# benchmarks/real/tt_moe_layer_h200.raw.json (every kernel but the CUTLASS grouped GEMMs; forward 83-87 B, backward
+# 104-130 B; the same for hidden 2048 and 4096, 64 and 128 experts, expert widths 768-1536). The kernels run far
+# below the copy rate (index kernels with 64-bit offsets, fp32 intermediates), so the fused dispatcher's 14-16 B
+# per element (compute.moe_dispatch_bytes) is 6x short for this runtime. Measured eager, without EP; applied to
+# torchtitan's eager plans (EP's all-to-alls stay in moe_dispatch_comm_s); compiled plans keep the fused bytes.
+TORCHTITAN_ROUTE_FWD_BYTES = 85.4
+TORCHTITAN_ROUTE_BWD_BYTES = 115.5
 # Device seconds each fp8 quantisation kernel takes beyond its bytes at the achievable HBM rate: median over the 40
 # (point, tensor) rows of benchmarks/real/moe_device_pieces_h100.raw.json (1x H100, torch 2.11; 10 expert layouts of
 # Qwen3-30B-A3B / Qwen3-235B-A22B, 4-16 local experts x 512-8192 rows, the fc1/fc2 inputs and output gradients) of
@@ -91,6 +105,21 @@ def expert_gemm_kind(s: StrategySpec) -> str:
     if s.execution == "eager":
         return "linear"
     return "expert_streams" if s.runtime in TE_GROUPED_MLP_RUNTIMES else "expert_grouped"
+
+
+def eager_torchtitan_routing(s: StrategySpec) -> bool:
+    """Whether `s` runs torchtitan's MoE routing eagerly (TORCHTITAN_ROUTE_*_BYTES apply)."""
+    return s.runtime in GROUPED_MM_RUNTIMES and s.execution == "eager"
+
+
+def torchtitan_route_bytes(model: ModelSpec, tokens: float, tp: int, etp: int) -> tuple[float, float]:
+    """(forward, backward) HBM-equivalent bytes of torchtitan's eager routing of one MoE layer on one device: the
+    measured bytes per element (TORCHTITAN_ROUTE_*_BYTES) x the routed rows its experts see (tokens/tp x top-k x etp,
+    as compute.moe_dispatch_bytes' R) x hidden."""
+    e = model.moe
+    assert e is not None
+    elements = tokens / tp * e.top_k * etp * model.hidden
+    return TORCHTITAN_ROUTE_FWD_BYTES * elements, TORCHTITAN_ROUTE_BWD_BYTES * elements
 
 
 def moe_router(runtime: str) -> str:
@@ -237,7 +266,8 @@ class MoeLayerTerms:
     load: the busiest EP rank's expert load over the mean (scales the expert GEMMs and the all-to-alls);
     dispatch_fwd_s / dispatch_bwd_s: routing + token permutation of the fused dispatcher, and the fp8 row
     padding of TE's grouped GEMMs, as HBM seconds (compute.moe_dispatch_bytes + fp8_padding_bytes, over the
-    achievable HBM rate; eager execution replaces the layer's memory-bound time with its measured traffic), plus
+    achievable HBM rate; eager execution replaces the layer's memory-bound time with its measured traffic, and
+    torchtitan's eager routing is its own measured bytes, torchtitan_route_bytes, added to that traffic), plus
     the fixed device time of TE's per-expert fp8 quantisation kernels (fp8_quant_kernels x QUANT_KERNEL_DEVICE_S;
     their bytes are charged with every GEMM input's in cost/estimate.py);
     ep_s: the token-dispatch communication of one pass, x load; expert_bwd_extra_s: backward seconds of
@@ -267,7 +297,10 @@ def moe_layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, tokens: flo
     `lin`: the layer's weight GEMMs (flops.linear_gemms), whose grouped expert GEMMs set the torch._grouped_mm
     backward term; `ep_split`: the EP group's node split when it spans nodes (ep_node_split)."""
     load = moe_load(model, s, tokens)
-    d_f, d_b = moe_dispatch_bytes(model, tokens, s.tp, s.ep, s.etp, r.act_bytes)
+    if eager_torchtitan_routing(s):
+        d_f, d_b = torchtitan_route_bytes(model, tokens, s.tp, s.etp)
+    else:
+        d_f, d_b = moe_dispatch_bytes(model, tokens, s.tp, s.ep, s.etp, r.act_bytes)
     quant_s = 0.0
     if r.dtype == "fp8" and s.execution != "eager" and s.runtime in TE_GROUPED_MLP_RUNTIMES:
         pad = fp8_padding_bytes(model, tokens, s.tp, s.ep, s.etp, r.act_bytes, moe_router(s.runtime)) * load
