@@ -107,6 +107,11 @@ def main() -> int:
                 wg = w.detach().requires_grad_(True)
 
                 def fb(xg=xg, wg=wg, o=offs, dy=dy):
+                    # gradients written, not accumulated, as a first micro-batch does: the raw files of
+                    # 2026-11-25 were timed without this reset, so each repetition also added the weight gradient's
+                    # accumulation (their grouped_fwd_bwd_s is high where weight-bound; cost/moe.py
+                    # GROUPED_MM_BWD_OVER_FWD now comes from tt_moe_layer.py)
+                    xg.grad = wg.grad = None
                     y = torch._grouped_mm(xg, wg, offs=o)
                     y.backward(dy)
                 r["grouped_fwd_bwd_s"] = _time(torch, fb)
