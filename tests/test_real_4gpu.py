@@ -147,3 +147,22 @@ def test_torchtitan_moe_on_4x_h200_blind_launches():
     plain = [r for r in rows if "olmoe" in r["id"] and "_ep" not in r["id"] and r["id"].endswith("_non")]
     assert len(plain) == 5
     assert all(abs(r["memory_error"]) <= 0.05 for r in plain), [(r["id"], r["memory_error"]) for r in plain]
+
+
+def test_plan_says_torchtitan_moe_tp_host_is_not_costed():
+    """The Qwen3-30B-A3B tp2 miss (host time of DTensor TP over the MoE layer, not costed) is said beside any
+    torchtitan MoE plan with tp > 1, in the table and on stderr with --format json; not for dense models or tp 1."""
+    from typer.testing import CliRunner
+
+    from baige_plan.cli.app import app
+    base = ["plan", "--catalog", str(REAL / "catalog"), "h200-sxm-141g:1x4", "--global-batch", "16", "--seq-len",
+            "4096", "--runtime", "torchtitan", "--top", "2"]
+    run = CliRunner().invoke
+    tp2 = run(app, base[:1] + ["qwen3-30b-a3b"] + base[1:] + ["--tp", "2", "--zero", "3"])
+    assert tp2.exit_code == 0, tp2.output
+    assert "not costed" in " ".join(tp2.output.split()) and "4.1-4.6x" in tp2.output
+    js = run(app, base[:1] + ["qwen3-30b-a3b"] + base[1:] + ["--tp", "2", "--zero", "3", "--format", "json"])
+    assert js.exit_code == 0 and "DTensor" in js.stderr and "DTensor" not in js.stdout
+    for other in (["olmoe-1b-7b", "--tp", "1"], ["llama3-8b", "--tp", "2", "--zero", "3"]):
+        res = run(app, base[:1] + other[:1] + base[1:] + other[1:])
+        assert res.exit_code == 0 and "DTensor" not in res.output, other
