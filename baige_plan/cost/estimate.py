@@ -362,6 +362,7 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
     # MoE: the layer's extra terms (cost/moe.py); the busiest EP rank sets the pace (mt.load)
     mt = moe_layer_terms(model, s, r, tokens, ep_link, etp_link, lin, ep_split) if moe and model.moe is not None \
         else None
+    tt_routing = mt is not None and eager_torchtitan_routing(s)   # torchtitan's measured eager routing (cost/moe.py)
     load = mt.load if mt is not None else 1.0
     g_f = sum(gemm_s(g) * (load if g.name.startswith("expert_") else 1.0) for g in lin)
     a_f = sum(gemm_s(g) for g in att)
@@ -405,7 +406,7 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
             ffn = model.ffn_hidden
             if moe and model.moe is not None:
                 # torchtitan's routed experts' elementwise work is in its measured routing (added below)
-                routed = 0 if eager_torchtitan_routing(s) else model.moe.top_k
+                routed = 0 if tt_routing else model.moe.top_k
                 ffn = model.moe.expert_ffn_hidden * (routed + model.moe.shared_experts)
             width = ffn * (3 if model.activation == "swiglu" else 1) / model.hidden
             per_layer = (e16.bytes_per_token_layer_hidden + e16.bytes_per_token_layer_mlp_width * width) * tok_h
@@ -419,7 +420,7 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
         m_f = per_layer * EAGER.fwd_share / e_Bps + core_b / r.hbm_Bps
         m_b = (per_layer * (1 - EAGER.fwd_share) + param_b * (d_params / s.tp + e_params / (s.ep * s.etp))) / e_Bps \
             + 2 * core_b / r.hbm_Bps
-        if mt is not None and eager_torchtitan_routing(s):
+        if tt_routing:
             # torchtitan's eager MoE routing, measured (cost/moe.py TORCHTITAN_ROUTE_*_BYTES); a recomputed forward
             # runs it again
             m_f += mt.dispatch_fwd_s
@@ -570,7 +571,7 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
     # what "selective" stores is the runtime's (Megatron core-attention recompute, torchtitan op-level SAC)
     op_sac = runs_op_sac(s)
     # torchtitan's eager MoE keeps more than a fused dispatcher (cost/memory.py layer_activation_bytes moe_saved)
-    moe_saved = "torchtitan_eager" if eager_torchtitan_routing(s) else "dispatcher"
+    moe_saved = "torchtitan_eager" if tt_routing else "dispatcher"
     act += layer_activation_bytes(model, seq, s.micro_batch, s.tp, s.cp, sp, s.recompute, std, moe, act_bytes,
                                   etp=s.etp, selective=runtimes.get(s.runtime).memory.selective,
                                   fp8_gemm_inputs=r.dtype == "fp8" and runtimes.get(s.runtime).memory.fp8_gemm_inputs,

@@ -255,15 +255,16 @@ def layer_activation_bytes(model: ModelSpec, seq_len: int, micro_batch: int, tp:
     else:
         f_tok = model.ffn_hidden / t
     up = 4 if model.activation == "swiglu" else 2
-    mlp = (2 * h + 2 * h) / sh * ab + (up + 2) * f_tok * ab + drop * h / sh
+    mlp = (2 * h + 2 * h) / sh * ab + drop * h / sh
     if moe and model.moe is not None and moe_saved == "torchtitan_eager":
         e = model.moe
         rows = e.top_k * etp / t                           # routed rows per token of the micro-batch
-        shared = (up + 2) * e.expert_ffn_hidden * e.shared_experts / t * ab
-        mlp = (2 * h + 2 * h) / sh * ab + drop * h / sh + shared \
+        mlp += (up + 2) * e.expert_ffn_hidden * e.shared_experts / t * ab \
             + rows * ((2 * h + 8 * e.expert_ffn_hidden / etp) * ab + 4 * h + 24) + 4 * e.experts * etp / t
-    elif moe and model.moe is not None:
-        mlp += 2 * h * model.moe.top_k / t * ab   # permuted token copies held for the combine
+    else:
+        mlp += (up + 2) * f_tok * ab
+        if moe and model.moe is not None:
+            mlp += 2 * h * model.moe.top_k / t * ab   # permuted token copies held for the combine
     if fp8_gemm_inputs:
         mlp -= h / sh + model.o_dim / t + h / sh + f_tok   # 1 B of the 2 of each saved GEMM input
     if modules and recompute == "selective":

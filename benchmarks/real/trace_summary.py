@@ -70,15 +70,27 @@ def _kind(name: str) -> str:
     return "other"
 
 
-def summary(path: str | Path) -> dict:
+def load_events(path: str | Path) -> list[dict]:
+    """The trace's events (a Chrome trace document or its bare event list)."""
     doc = json.loads(Path(path).read_text())
-    ev = doc["traceEvents"] if isinstance(doc, dict) else doc
+    return doc["traceEvents"] if isinstance(doc, dict) else doc
+
+
+def profiled_step(ev: list[dict]) -> tuple[float, float] | None:
+    """(start, end) in trace microseconds of the profiled step: the longest ProfilerStep#N CPU annotation; None
+    when the trace has none."""
     steps = [e for e in ev if str(e.get("name", "")).startswith("ProfilerStep#") and e.get("ph") == "X"]
-    if steps:
-        st = max(steps, key=lambda e: e.get("dur", 0))
-        lo, hi = float(st["ts"]), float(st["ts"]) + float(st["dur"])
-    else:
-        lo, hi = float("inf"), float("-inf")
+    if not steps:
+        return None
+    st = max(steps, key=lambda e: e.get("dur", 0))
+    return float(st["ts"]), float(st["ts"]) + float(st["dur"])
+
+
+def summary(path: str | Path) -> dict:
+    ev = load_events(path)
+    span = profiled_step(ev)
+    steps = span is not None
+    lo, hi = span if steps else (float("inf"), float("-inf"))
     gpu, nccl, comp, by_kind, n = [], [], [], {}, 0
     for e in ev:
         if e.get("ph") != "X" or e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset"):
