@@ -194,7 +194,7 @@ def plan(
             from baige_plan.search.hetero_templates import Limits
             lim = Limits(max_tp=max_tp, max_pp=max_pp, max_micro_batch=max_micro_batch, tp=tp, pp=pp,
                          micro_batch=micro_batch, zero=zero, recompute=recompute.value if recompute else None,
-                         sequence_parallel=sequence_parallel)
+                         sequence_parallel=sequence_parallel, cp=cp, max_cp=max_cp, ep=ep, etp=etp, vpp=vpp)
             from baige_plan.search.partial import without
             avail = without(cl, excluded) if excluded else cl   # a whole group excluded: exit 2, naming it
             plan_hetero(cat, m, avail, job, micro_batch=micro_batch, zero=zero, recompute=recompute,

@@ -782,7 +782,8 @@ def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySp
     tell("the best plan of each chip group alone", 0, 1)
     standalone = standalone_throughputs(model, cluster, job, memory_frac, time_limit_s, searched, lim, base.runtime,
                                         known)
-    idle = _idle_reasons(model, cluster, job, p, e, results, base.runtime)
+    wider = _wider_plans(model, cluster, job, p, solved, results, memory_frac, cache)
+    idle = _idle_reasons(model, cluster, job, p, e, results + wider, base.runtime)
     alts = _alternatives(model, cluster, job, e, results, alternatives, memory_frac, cache, base.runtime)
     return HeteroResult(p, e, status, gap, n_temps, solves, time.perf_counter() - t0, standalone, runners, idle,
                         cp_sat=cp_sat, label=label, alternatives=alts)
@@ -811,6 +812,44 @@ def _alternatives(model, cluster, job, best: Estimate, results: list, n: int, me
     return tuple(out)
 
 
+WIDER_TRIES = 16   # solved templates tried per idle group for the idle-devices note (_wider_plans)
+
+
+def _wider_plans(model, cluster, job, p: PipelinesSpec, solved: list, results: list, memory_frac: float,
+                 cache: dict) -> list:
+    """For the idle-devices note only (the ranking is not changed): for each group the plan leaves devices of, when
+    no exactly estimated plan uses more of it across groups (`results` holds the plans within the polish window and
+    each group's best alone), the fastest of the first WIDER_TRIES solved templates that do, in the order of their
+    lower bounds, that the runtime runs and that fit, estimated exactly: a mixed plan just outside the window (e.g.
+    FlagScale's heterogeneous mode without the cp a group alone uses) is then what the note names, not the group
+    alone. Entries are shaped as `results`' (step s, label, plan, estimate, status, gap)."""
+    used = p.devices_by_group()
+    out = []
+    for g in cluster.groups:
+        if g.devices - used.get(g.name, 0) <= 0:
+            continue
+        if any(r[2].devices_by_group().get(g.name, 0) > used.get(g.name, 0) and len(r[2].devices_by_group()) > 1
+               for r in results):
+            continue
+        best = None
+        tries = 0
+        for _t_lin, label, (p_, status, gap, _) in solved:
+            by = p_.devices_by_group()
+            if by.get(g.name, 0) <= used.get(g.name, 0) or len(by) < 2:
+                continue
+            tries += 1
+            if tries > WIDER_TRIES:
+                break
+            if _refusal(cluster, model, p_) is not None:
+                continue
+            e_ = _exact(model, cluster, job, p_, memory_frac, cache)
+            if e_ is not None and (best is None or e_.step_time_s < best[0]):
+                best = (e_.step_time_s, label, p_, e_, status, gap)
+        if best is not None:
+            out.append(best)
+    return out
+
+
 def _nearest_batches(batch: int, cluster: ClusterSpec, pct: float = 2.0) -> str:
     """The batches `--batch-tolerance pct` would try (search/batch_tolerance.py), for the idle-devices note."""
     from baige_plan.search.batch_tolerance import candidate_batches
@@ -834,7 +873,8 @@ def _idle_reasons(model, cluster, job, p: PipelinesSpec, e: Estimate, results: l
         if missing is not None:
             why = f"its chip file lacks {missing} for {job.precision}"
         else:
-            more = [r for r in results if r[2].devices_by_group().get(g.name, 0) > used.get(g.name, 0)]
+            more = sorted((r for r in results if r[2].devices_by_group().get(g.name, 0) > used.get(g.name, 0)),
+                          key=lambda r: (r[0], r[1]))
             if more:
                 t, lab = more[0][0], more[0][1]
                 why = (f"the fastest plan using more of it ({lab}) takes {t:.4g} s per step, "

@@ -9,7 +9,9 @@ Two families of templates:
 (2) spanning shapes: one pipeline whose consecutive stage *segments* sit on different groups, in
     any order and visiting a group more than once (e.g. v100 > a100 x4 > v100 x2), each group with
     its own tp, r replicas of the whole pipeline, all of a group's devices used
-    (Σ_segments of g tp_g·n_seg·r = D_g), per-shape micro-batch size b.
+    (Σ_segments of g tp_g·n_seg·r = D_g), per-shape micro-batch size b; over every subset of two or
+    more usable groups (up to EXHAUSTIVE_ORDER_GROUPS groups; beyond, all of them only), so two groups
+    of one family may run a pipeline beside a third group left idle.
 User caps and pins (`Limits`) apply to every template: tp <= max_tp (or = tp), stages <= max_pp
 (or = pp), micro-batch <= max_micro_batch (or = micro_batch), zero/recompute/sequence parallel as
 pinned (they reach the single-group searches as pins and the spanning shapes through the base
@@ -60,9 +62,16 @@ class Limits:
     zero: int | None = None
     recompute: str | None = None
     sequence_parallel: bool | None = None
+    # what a chip group's plan alone may use (search_group): the heterogeneous mode runs no cp, ep or vpp, but a group
+    # alone does, so `plan --cp 1` (and --max-cp, --ep 1, --etp 1, --vpp 1) must reach that search too
+    cp: int | None = None
+    max_cp: int | None = None
+    ep: int | None = None
+    etp: int | None = None
+    vpp: int | None = None
 
     def __post_init__(self) -> None:
-        for k in ("max_tp", "max_pp", "max_micro_batch", "tp", "pp", "micro_batch"):
+        for k in ("max_tp", "max_pp", "max_micro_batch", "tp", "pp", "micro_batch", "cp", "max_cp", "ep", "etp", "vpp"):
             v = getattr(self, k)
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
                 raise SpecError(f"--{k.replace('_', '-')}", f"must be a positive integer, got {v!r}")
@@ -212,17 +221,17 @@ def _first_stage(model: ModelSpec, cl: ClusterSpec, job: JobSpec, p: PipelinesSp
 def search_group(model: ModelSpec, g: GroupSpec, job: JobSpec, memory_frac: float, top: int,
                  time_limit_s: float | None, lim: Limits = Limits(), runtime: str = "megatron") -> list[Estimate]:
     """The homogeneous search's top plans for group g alone (any cp, zero, micro-batch, vpp, recompute),
-    within the user's caps and pins."""
+    within the user's caps and pins (Limits: --cp 1 keeps these plans without context parallelism too)."""
     from baige_plan.search.solver import search
     from baige_plan.search.space import Bounds, Pins
 
     if not runs_on(g, job):
         return []
     try:
-        bounds = Bounds(max_tp=lim.max_tp, max_pp=lim.max_pp, max_micro_batch=lim.max_micro_batch,
+        bounds = Bounds(max_tp=lim.max_tp, max_pp=lim.max_pp, max_cp=lim.max_cp, max_micro_batch=lim.max_micro_batch,
                         max_memory_frac=memory_frac, runtime=runtime)
-        pins = Pins(tp=lim.tp, pp=lim.pp, zero=lim.zero, micro_batch=lim.micro_batch, recompute=lim.recompute,
-                    sequence_parallel=lim.sequence_parallel)
+        pins = Pins(tp=lim.tp, pp=lim.pp, cp=lim.cp, ep=lim.ep, etp=lim.etp, vpp=lim.vpp, zero=lim.zero,
+                    micro_batch=lim.micro_batch, recompute=lim.recompute, sequence_parallel=lim.sequence_parallel)
         return list(search(model, ClusterSpec(name=g.name, groups=(g,)), job, bounds, pins,
                            top=top, time_limit_s=time_limit_s, dp_bound=True).plans)
     except SpecError:
@@ -329,7 +338,7 @@ def _states_may_fit(model: ModelSpec, groups: list[GroupSpec], tp: dict[str, int
 
 def spanning_templates(model: ModelSpec, job: JobSpec, groups: list[GroupSpec], tp_pref: dict[str, list[int]],
                        base: StrategySpec, lim: Limits, memory_frac: float = 0.9) -> list[Template]:
-    """One pipeline over all `groups` (family (2) above)."""
+    """One pipeline over all of `groups` (family (2) above; `templates` passes each subset)."""
     temps: list[Template] = []
     if len(groups) < 2:
         return temps
@@ -412,6 +421,12 @@ def templates(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: Strate
         by_width = sorted(opts, key=lambda t: (abs(math.log2(t) - math.log2(width)), -t))
         first = [best[g.name][0][0]] if best[g.name] and best[g.name][0][0] in opts else []
         tp_pref[g.name] = first + [t for t in by_width if t not in first]
-    temps += spanning_templates(model, job, groups, tp_pref, base, lim, memory_frac)
+    # one pipeline over every subset of two or more groups: leaving a group out avoids its bridge (and what the
+    # runtime refuses across families, e.g. FlagScale's multi-stage meshes before a CPU-forwarded hop), so two
+    # groups of one family may run together beside a third; beyond EXHAUSTIVE_ORDER_GROUPS groups, all of them only
+    spans = [groups] if len(groups) > EXHAUSTIVE_ORDER_GROUPS else \
+        [list(sub) for k in range(2, len(groups) + 1) for sub in combinations(groups, k)]
+    for sub in spans:
+        temps += spanning_templates(model, job, sub, tp_pref, base, lim, memory_frac)
     uniq = sorted(set(temps), key=lambda t: t.label())
     return uniq, standalone
