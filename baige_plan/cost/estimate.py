@@ -1337,6 +1337,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, s: StrategySp
         "dp_comm_exposed": dp_exposed,
         "optimizer": opt_s,
     }
+    breakdown.update(host_breakdown(crit, m))
     memory = {"weights": mem_stage.weights_gib, "grads": mem_stage.grads_gib, "optimizer": mem_stage.optimizer_gib,
               "activations": mem_stage.activations_gib, "other": mem_stage.other_gib}
     bottleneck = _bottleneck(breakdown, step, fits, peak_mem, capacity * memory_frac, dp_total)
@@ -1374,6 +1375,16 @@ def optimizer_rate(st: StageCost, r: ChipRates) -> float:
     return st.optimizer_s_per_param if st.optimizer_s_per_param is not None else adam_bytes_per_param(r.dtype) / r.hbm_Bps
 
 
+def host_breakdown(crit: StageCost, m: int) -> dict[str, float]:
+    """{"host": s} when the slowest stage's micro-batch takes longer than its device parts (compute and its own
+    communication): what the host adds by setting the pace -- eager PyTorch's dispatch beyond the device time, the
+    host syncs of EP all-to-alls with data-dependent splits (stage_cost: host_serial), Megatron's host-bound MoE
+    layers (cost/moe.py host_bound_moe_layer_s) -- so the breakdown adds up to the step; {} otherwise (the key is
+    written only where it is not zero: plans without it are unchanged)."""
+    excess = crit.time_s - (crit.compute_s + crit.tp_s + crit.cp_s + crit.ep_s + crit.pp_s)
+    return {"host": m * excess} if excess > 1e-12 * max(crit.time_s, 1e-30) else {}
+
+
 def _bottleneck(b: dict[str, float], step: float, fits: bool, peak: float, cap: float, dp_total: float) -> str:
     if not fits:
         return f"does not fit: peak memory {peak:.1f} GiB exceeds the {cap:.1f} GiB allowed by {peak - cap:.1f} GiB"
@@ -1381,5 +1392,6 @@ def _bottleneck(b: dict[str, float], step: float, fits: bool, peak: float, cap: 
     words = {"compute": "compute (GEMMs and memory-bound kernels)", "tp_comm": "tensor-parallel communication",
              "cp_comm": "context-parallel communication", "ep_comm": "expert-parallel all-to-all",
              "pp_comm": "pipeline point-to-point traffic", "pp_bubble": "the pipeline bubble",
-             "dp_comm_exposed": "exposed data-parallel gradient communication", "optimizer": "the optimizer step"}
+             "dp_comm_exposed": "exposed data-parallel gradient communication", "optimizer": "the optimizer step",
+             "host": "the host (dispatching eager ops or syncing with the device; the device waits)"}
     return f"{words[name]} takes {val / step:.0%} of the step"

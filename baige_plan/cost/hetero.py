@@ -31,6 +31,7 @@ from baige_plan.cost.estimate import (
     _bottleneck,
     dp_traffic,
     engine_precision,
+    host_breakdown,
     optimizer_rate,
     pipeline_s,
     stage_cost,
@@ -248,6 +249,7 @@ def estimate_pipelines(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: 
     breakdown = {"compute": m * cstage.compute_s, "tp_comm": m * cstage.tp_s, "cp_comm": m * cstage.cp_s, "ep_comm": m * cstage.ep_s,
                  "pp_comm": m * cstage.pp_s, "pp_bubble": pipe - m * t_max, "dp_comm_exposed": dp_exposed,
                  "optimizer": opt_s}
+    breakdown.update(host_breakdown(cstage, m))
     fits = True
     worst: tuple[float, StageCost, float] | None = None
     caps = {name: groups[name].chip.need("memory_gib") for name in {st.group for s_ in p.shapes for st in s_.stages}}

@@ -38,6 +38,8 @@ _EST_OPTIONAL = {"memory_capacity_gib", "max_memory_frac", "memory_margin_gib", 
                  # SPEC §3: the range the step time is expected in (cost/bands.py, io/bands.py)
                  "step_time_band_s"}
 _BREAKDOWN = {"compute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "pp_bubble", "dp_comm_exposed", "optimizer"}
+# what the host adds where it sets the pace (cost/estimate.py host_breakdown): written only when not zero
+_BREAKDOWN_OPTIONAL = {"host"}
 _MEMORY = {"weights", "grads", "optimizer", "activations", "other"}
 _SEARCH = {"candidates", "feasible", "seconds", "solver", "status", "gap", "evaluated", "max_memory_frac",
            "runners_up", "batch_tolerance"}
@@ -72,7 +74,7 @@ def _check_estimate(est: Any, src: str) -> None:
     check_keys(est["strategy"], src, "estimate.strategy", _STRAT_KEYS, _STRAT_OPT)
     if not isinstance(est["fits"], bool):
         raise InputError(src, "estimate.fits", f"must be true or false, got {est['fits']!r}")
-    check_keys(est["breakdown_s"], src, "estimate.breakdown_s", _BREAKDOWN)
+    check_keys(est["breakdown_s"], src, "estimate.breakdown_s", _BREAKDOWN, _BREAKDOWN_OPTIONAL)
     check_keys(est["memory_gib"], src, "estimate.memory_gib", _MEMORY)
     for k in sorted(_EST_REQUIRED - {"schema", "strategy", "fits", "breakdown_s", "memory_gib"}):
         if isinstance(est[k], bool) or not isinstance(est[k], (int, float)):
