@@ -426,6 +426,14 @@ def _from_pipelines(sd: dict, pipes: list, src: str, model: ModelSpec, cluster: 
         starts = [s["layers"][0] for s in st0]
         if starts != [sum(counts[:i]) for i in range(pp)] or sum(counts) != model.layers:
             raise InputError(src, "pipelines[0].stages", f"layer ranges must cover [0, {model.layers}) contiguously")
+        # the runtime's own split of the plan's strategy first (DeepSpeed balances uneven counts itself:
+        # RuntimeSpec.balanced_partition), as the plan was estimated
+        s_rt = _strategy(sd, tp=tp, pp=pp, dp=dp)
+        try:
+            if tuple(counts) == stage_layers(s_rt, model.layers):
+                return s_rt, job2, None
+        except SpecError:
+            pass
         # Megatron's rule that builds these stage counts (the plan's account_for_* flags first): specs/strategy.py
         kw = split_fields(counts, sd.get("vpp", 1), (bool(sd.get("account_for_embedding")),
                                                       bool(sd.get("account_for_loss"))))
