@@ -298,11 +298,15 @@ def plan(
     dtensor = _dtensor_moe_note(doc, m)
     if dtensor and fmt is not Fmt.table:   # the table prints it under the ranking
         note(dtensor)
+    hidden = _hidden_fastest_note(ranked, top)
+    if hidden and fmt is not Fmt.table:
+        note(hidden)
     if fmt is Fmt.table:
         part = "" if pr.nodes == cl.groups[0].nodes else f", {pr.nodes} of its {cl.groups[0].nodes} nodes"
         title = (f"{m.name} on {cl.name}{part} (global batch {job.global_batch}, seq {job.seq_len}, {job.precision}): "
                  f"{len(shown)} best of {res.candidates:,}")
-        notes = _notes(doc, _none_why(m, pr.cluster, job)) + ([dtensor] if dtensor else [])
+        notes = _notes(doc, _none_why(m, pr.cluster, job)) + ([dtensor] if dtensor else []) + \
+            ([hidden] if hidden else [])
         tables: list = [ranking_tables(doc["plans"], title, idle, notes=notes)]
         if tokens is not None:
             from baige_plan.cli.whatif import training_table
@@ -397,6 +401,26 @@ def _check_a2a_pin(m, runtime: str, ep, pp, vpp, recompute) -> None:
         field, reason = why
         pinned = {"ep": f"--ep {ep}", "recompute": f"--recompute {recompute}", "vpp": f"--pp {pp} --vpp {vpp}"}
         raise SpecError("--moe-a2a-overlap", reason + (f" ({pinned[field]} pinned)" if field in pinned else ""))
+
+
+def _hidden_fastest_note(ranked, top: int) -> str | None:
+    """When the first plan shown is in a tie group (search/ranking.py: simpler first) whose fastest plan is not among
+    the `top` shown, that plan, its predicted step and where it is in the order (--top / --pick reach it): a tie may
+    hold plans well apart in predicted time when the bands are wide, and the user should see the fastest."""
+    if not ranked or not ranked[0][2].tie:
+        return None
+    group = ranked[0][2].tie_group
+    members = [(k, e) for k, (_row, e, p) in enumerate(ranked) if p.tie_group == group]
+    k, fast = min(members, key=lambda x: (x[1].step_time_s, x[0]))
+    if k < top:
+        return None
+    s, first = fast.strategy, ranked[0][1]
+    lay = " ".join(f"{n} {getattr(s, n)}" for n in ("tp", "pp", "dp", "cp", "ep", "vpp") if getattr(s, n) != 1 or
+                   n in ("tp", "pp", "dp"))
+    return (f"~ the fastest plan of the first plan's tie ({lay}, zero {s.zero}, micro-batch {s.micro_batch}, "
+            f"recompute {s.recompute}) is predicted {fast.step_time_s:.4g} s, "
+            f"{1 - fast.step_time_s / first.step_time_s:.1%} less than the first shown: --top {k + 1} shows it, "
+            f"--top {k + 1} --pick {k + 1} --out FILE writes it")
 
 
 def _dtensor_moe_note(doc: dict, m) -> str | None:
