@@ -67,3 +67,12 @@ def test_a_pipeline_may_span_two_of_three_groups():
         for b in range(a + 1, 3):
             assert frozenset([names[a], names[b]]) in spans, (names[a], names[b])
     assert frozenset(names) in spans
+
+
+def test_no_template_at_all_is_no_feasible_plan_not_an_internal_error():
+    """V100 has no bf16 figure (left out) and llama3-70b does not fit the 128 A100-40GB within tp 4: no template
+    exists (2026-11-28: exit 70, 'range() arg 3 must not be zero' in the forked solve of an empty list)."""
+    r = runner.invoke(app, ["plan", "llama3-70b", "topologies/cloud-a100-v100-128.yaml", "--global-batch", "256",
+                            "--seq-len", "2048", "--max-tp", "4"])
+    assert r.exit_code == 1, r.output
+    assert "no feasible plan" in r.stderr and "no usable chip group (a100)" in r.stderr

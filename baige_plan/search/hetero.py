@@ -352,6 +352,8 @@ def _solve_all(model, cluster, job, todo: list[tuple[Template, StrategySpec]], m
     """_solve_template of every (template, variant) in `todo`, in contiguous blocks, one per usable core
     (search/forked.py): neighbouring templates share groups and so their memoised stage costs. The same values
     as solving them one by one (each solve is pure; `cache` only memoises)."""
+    if not todo:
+        return {}       # every template refused whatever its split: nothing to solve
     n = max(1, min(usable_cores(), len(todo)))
     size = -(-len(todo) // n)
     blocks = [todo[i:i + size] for i in range(0, len(todo), size)]
@@ -770,6 +772,13 @@ def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySp
         if refused:
             raise SpecError("runtime", f"{base.runtime} runs none of the {len(refused)} plans that fit; first: "
                             f"{refused[0]}")
+        if n_temps == 0:
+            usable = [g.name for g in cluster.groups if runs_on(g, job, base.runtime)]
+            raise SpecError("cluster", f"no pipeline template: no usable chip group ({', '.join(usable) or 'none'}) "
+                            "has a plan of its own that fits in memory within the pins and caps"
+                            + ("" if len(usable) > 1 else ", and a pipeline across groups needs two usable groups")
+                            + f" (tried recompute {', '.join(v.recompute for v in variants)}); add devices, relax "
+                            "--max-tp / --max-pp or lower the micro-batch")
         raise SpecError("cluster", f"none of {n_temps} pipeline templates fits in memory (tried recompute "
                         f"{', '.join(v.recompute for v in variants)}); add devices or lower the micro-batch")
     results.sort(key=lambda r: (r[0], r[1]))
