@@ -428,12 +428,12 @@ def _from_pipelines(sd: dict, pipes: list, src: str, model: ModelSpec, cluster: 
             raise InputError(src, "pipelines[0].stages", f"layer ranges must cover [0, {model.layers}) contiguously")
         # the runtime's own split of the plan's strategy first (DeepSpeed balances uneven counts itself:
         # RuntimeSpec.balanced_partition), as the plan was estimated
-        s_rt = _strategy(sd, tp=tp, pp=pp, dp=dp)
         try:
+            s_rt = _strategy(sd, tp=tp, pp=pp, dp=dp)
             if tuple(counts) == stage_layers(s_rt, model.layers):
                 return s_rt, job2, None
         except SpecError:
-            pass
+            pass        # not the runtime's split of a valid strategy: Megatron's rules below, else free-form
         # Megatron's rule that builds these stage counts (the plan's account_for_* flags first): specs/strategy.py
         kw = split_fields(counts, sd.get("vpp", 1), (bool(sd.get("account_for_embedding")),
                                                       bool(sd.get("account_for_loss"))))
