@@ -249,9 +249,9 @@ def estimate_pipelines(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: 
     t_max = max(times)
     cstage = costs[times.index(t_max)]
     m = sh.micro_batches
-    breakdown = {"compute": m * cstage.compute_s, "tp_comm": m * cstage.tp_s, "cp_comm": m * cstage.cp_s, "ep_comm": m * cstage.ep_s,
-                 "pp_comm": m * cstage.pp_s, "pp_bubble": pipe - m * t_max, "dp_comm_exposed": dp_exposed,
-                 "optimizer": opt_s}
+    breakdown = {"compute": m * cstage.compute_s, "tp_comm": m * cstage.tp_s, "cp_comm": m * cstage.cp_s,
+                 "ep_comm": m * cstage.ep_s, "pp_comm": m * cstage.pp_s, "pp_bubble": pipe - m * t_max,
+                 "dp_comm_exposed": dp_exposed, "optimizer": opt_s}
     breakdown.update(host_breakdown(cstage, m))
     fits = True
     worst: tuple[float, StageCost, float] | None = None

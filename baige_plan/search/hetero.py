@@ -793,13 +793,13 @@ def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySp
                                         known)
     wider = _wider_plans(model, cluster, job, p, solved, results, memory_frac, cache)
     idle = _idle_reasons(model, cluster, job, p, e, results + wider, base.runtime)
-    alts = _alternatives(model, cluster, job, e, results, alternatives, memory_frac, cache, base.runtime)
+    alts = _alternatives(model, cluster, job, e, results, alternatives, memory_frac, cache, base.runtime, wider)
     return HeteroResult(p, e, status, gap, n_temps, solves, time.perf_counter() - t0, standalone, runners, idle,
                         cp_sat=cp_sat, label=label, alternatives=alts)
 
 
 def _alternatives(model, cluster, job, best: Estimate, results: list, n: int, memory_frac: float, cache: dict,
-                  runtime: str) -> tuple[Alternative, ...]:
+                  runtime: str, wider: list = ()) -> tuple[Alternative, ...]:
     """The next `n` plans after the best, in the search's order (exact step time, then label), each normalised
     and estimated as the best is; a plan equal to one before it in step time and peak memory at the plan file's
     rounding (6 significant digits) is the same row and skipped (issue 16: no two rows with the same time and
@@ -817,7 +817,8 @@ def _alternatives(model, cluster, job, best: Estimate, results: list, n: int, me
         if k in seen:
             continue
         seen.add(k)
-        out.append(Alternative(lab, pn, en, _idle_reasons(model, cluster, job, pn, en, results, runtime)))
+        # idle notes as the best plan's: the exactly estimated plans and the wider ones found for the note
+        out.append(Alternative(lab, pn, en, _idle_reasons(model, cluster, job, pn, en, results + list(wider), runtime)))
     return tuple(out)
 
 
