@@ -1,7 +1,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install test test-slow lint bench validate test-integration fuzz corpus-tables recipes
+.PHONY: install test test-slow lint bench validate test-integration fuzz invariants corpus-tables recipes
 
 # the validation corpus: published calibration + held-out runs + one file per source in benchmarks/corpus/
 CORPUS := tests/data/published_calibration.yaml benchmarks/published_heldout.yaml $(sort $(filter-out %.amend.yaml,$(wildcard benchmarks/corpus/*.yaml)))
@@ -42,3 +42,7 @@ test-integration:
 # the whole input fuzzer (tests/fuzz/; a sample runs in `make test`): FUZZ_ARGS="--seed 1 --n 5000"
 fuzz:
 	$(PY) tests/fuzz/run_fuzz.py $(FUZZ_ARGS)
+
+# random valid plans checked against independent properties (tests/fuzz/run_invariants.py)
+invariants:
+	$(PY) tests/fuzz/run_invariants.py $(INVARIANT_ARGS)
