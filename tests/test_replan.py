@@ -94,6 +94,20 @@ def test_node_map_covers_the_survivors_once(plans, lose17):
     assert rep["new"]["plan"] == c.label
 
 
+def test_the_written_plan_names_its_physical_nodes(lose17):
+    """The new plan file numbers its nodes 0..n-1: its `search.node_map` says which physical node (the old plan's
+    name) each index is, one name per node, the lost node absent, every survivor named once (here or as a spare)."""
+    _, new = lose17
+    doc = yaml.safe_load(new.read_text())
+    names = doc["search"]["node_map"][G]
+    assert len(names) == doc["inputs"]["cluster"]["groups"][0]["nodes"]
+    assert f"{G}:17" not in names and len(set(names)) == len(names)
+    assert sorted(names + doc["search"]["spare_nodes"], key=lambda x: int(x.split(":")[1])) == \
+        [f"{G}:{i}" for i in range(64) if i != 17]
+    used_idx = {p["node"] for p in doc["placement"] if p["group"] == G}
+    assert used_idx <= set(range(len(names)))
+
+
 def test_keep_replicas_moves_no_parameter(plans, tmp_path):
     """With a loose tolerance the old layout is kept: whole replicas dropped, every surviving rank on its stage
     and layers (no parameter moves), the micro-batches per replica grow to keep the global batch."""

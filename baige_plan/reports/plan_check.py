@@ -42,7 +42,9 @@ _BREAKDOWN = {"compute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "pp_bubble"
 _BREAKDOWN_OPTIONAL = {"host"}
 _MEMORY = {"weights", "grads", "optimizer", "activations", "other"}
 _SEARCH = {"candidates", "feasible", "seconds", "solver", "status", "gap", "evaluated", "max_memory_frac",
-           "runners_up", "batch_tolerance"}
+           "runners_up", "batch_tolerance",
+           # replan (reports/replan_doc.py new_plan_doc): the physical node behind each node index, and the spares
+           "node_map", "spare_nodes"}
 _RUNNER = {"strategy", "step_time_s", "mfu", "peak_memory_gib", "bottleneck"}
 _PLACEMENT = {"rank", "group", "node", "device", "pipeline", "replica", "stage", "tp_rank", "cp_rank"}
 

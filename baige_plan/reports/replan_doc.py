@@ -110,7 +110,17 @@ def _slots(rows: list, src: str, cluster: ClusterSpec, s: StrategySpec | None, p
 
 
 def new_plan_doc(model: ModelSpec, job: JobSpec, c, res, chip_docs: dict[str, dict], frac: float) -> dict:
-    """The plan file of candidate `c` (search/replan_candidates.py Candidate) as `plan --out` writes it."""
+    """The plan file of candidate `c` (search/replan_candidates.py Candidate) as `plan --out` writes it, with
+    `search.node_map`: the physical node (the old plan's name) behind each node index of its placement, per group,
+    and `search.spare_nodes`, so the file alone says where to launch it (its nodes are numbered 0..n-1)."""
+    doc = _new_plan_doc(model, job, c, res, chip_docs, frac)
+    if c.node_map:
+        doc["search"]["node_map"] = {g: list(names) for g, names in sorted(c.node_map.items())}
+        doc["search"]["spare_nodes"] = list(c.spare)
+    return doc
+
+
+def _new_plan_doc(model: ModelSpec, job: JobSpec, c, res, chip_docs: dict[str, dict], frac: float) -> dict:
     from baige_plan.io.plans import plan_doc
     if c.strategy is not None:
         r = c.result
