@@ -766,12 +766,19 @@ def _logits_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, tokens: float
     return t_lf + logits * fwd_b / l_Bps, 2 * t_lf + logits * bwd_b / l_Bps, act
 
 
+def pp_neighbours_share_node(devices_per_node: int, stride: int) -> bool:
+    """Whether neighbouring pipeline stages `stride` ranks apart (placed consecutively) are on one node: only when
+    pairs of stages tile the node; otherwise some stage boundary straddles two nodes and that hop crosses the NIC
+    (e.g. 36 devices per node, stride 8). The one rule of the homogeneous and the heterogeneous estimates."""
+    return stride < devices_per_node and devices_per_node % (2 * stride) == 0
+
+
 def homogeneous_pp_link(group: GroupSpec, s: StrategySpec) -> C.Link:
     """Link between neighbouring stages of one group: NVLink when the pipeline stride
     (tp*cp*dp ranks) keeps neighbours in a node, else the per-device NIC."""
     # pipeline neighbours are tp x cp x dp ranks apart in Megatron's default order, tp x cp with the tp-pp-dp order
     stride = s.tp * s.cp * (1 if s.tp_pp_dp_mapping else s.dp)
-    if stride < group.devices_per_node and group.devices_per_node % (stride * 2) == 0:
+    if pp_neighbours_share_node(group.devices_per_node, stride):
         return C.scaleup_p2p_link(group, 2 * stride)
     return C.nic_p2p_link(group, per_node=min(stride, group.devices_per_node))
 

@@ -34,6 +34,7 @@ from baige_plan.cost.estimate import (
     host_breakdown,
     optimizer_rate,
     pipeline_s,
+    pp_neighbours_share_node,
     stage_cost,
 )
 from baige_plan.cost.flops import megatron_model_flops
@@ -100,12 +101,9 @@ def _p2p_links(cluster: ClusterSpec, sh: PipelineShape, i: int) -> tuple[C.Link 
     def link(a: StageSpec, b: StageSpec) -> C.Link:
         ga, gb = cluster.group(a.group), cluster.group(b.group)
         if ga.name == gb.name:
-            # neighbouring stages are tp x cp x replicas ranks apart; as the homogeneous estimate has it
-            # (cost/estimate.py homogeneous_pp_link), they share a node only when pairs of stages tile the node:
-            # otherwise some boundary straddles two nodes and that stage's hop crosses the NIC
-            pair = a.tp * (sh.knobs.cp or 1) * sh.replicas * 2
-            if pair <= ga.devices_per_node and ga.devices_per_node % pair == 0:
-                return C.scaleup_p2p_link(ga, pair)
+            stride = a.tp * (sh.knobs.cp or 1) * sh.replicas    # ranks between neighbouring stages
+            if pp_neighbours_share_node(ga.devices_per_node, stride):
+                return C.scaleup_p2p_link(ga, 2 * stride)
         return path_link(cluster, ga, gb, min(ga.devices_per_node, a.tp * sh.replicas))
     st = sh.stages
     prev = link(st[i], st[i - 1]) if i > 0 else None

@@ -803,11 +803,13 @@ def _alternatives(model, cluster, job, best: Estimate, results: list, n: int, me
     """The next `n` plans after the best, in the search's order (exact step time, then label), each normalised
     and estimated as the best is; a plan equal to one before it in step time and peak memory at the plan file's
     rounding (6 significant digits) is the same row and skipped (issue 16: no two rows with the same time and
-    memory). Every plan here was estimated exactly and passed the runtime's rules (`solve`)."""
+    memory). Every plan here was estimated exactly and passed the runtime's rules (`solve`). `wider`: _wider_plans'
+    plans, read by the idle notes only."""
     out: list[Alternative] = []
     if n <= 0:
         return ()
     seen = {(sig(best.step_time_s), sig(best.peak_memory_gib))}
+    note_plans = results + list(wider)   # idle notes as the best plan's: estimated plans and the wider ones
     for _t, lab, p_, e_, *_ in results[1:]:
         if len(out) >= n:
             break
@@ -817,8 +819,7 @@ def _alternatives(model, cluster, job, best: Estimate, results: list, n: int, me
         if k in seen:
             continue
         seen.add(k)
-        # idle notes as the best plan's: the exactly estimated plans and the wider ones found for the note
-        out.append(Alternative(lab, pn, en, _idle_reasons(model, cluster, job, pn, en, results + list(wider), runtime)))
+        out.append(Alternative(lab, pn, en, _idle_reasons(model, cluster, job, pn, en, note_plans, runtime)))
     return tuple(out)
 
 

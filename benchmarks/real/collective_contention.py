@@ -20,7 +20,7 @@ import os
 
 import torch
 import torch.distributed as dist
-from gpu_timing import contention_s, emit, events_s, write_rows
+from gpu_timing import emit, events_s, outlasting_contention, write_rows
 
 
 def main() -> None:
@@ -58,13 +58,8 @@ def main() -> None:
                 coll()
             coll_s = events_s(coll, args.iters, True)
             per_gemm = events_s(lambda: torch.matmul(x, w), args.iters, True)
-            reps = max(4, int(2.5 * coll_s / per_gemm) + 1)   # the chain outlasts the collective
-
-            def chain(reps=reps) -> None:
-                for _ in range(reps):
-                    torch.matmul(x, w)
-
-            gemm_s, both_s, k = contention_s(chain, coll, coll_s, comm, args.iters)
+            reps, gemm_s, both_s, k = outlasting_contention(lambda: torch.matmul(x, w), per_gemm, coll, coll_s, comm,
+                                                            args.iters)
             row = {"world": world, "device": torch.cuda.get_device_name(), "collective": name, "mib": mib,
                    "coll_ms": round(coll_s * 1e3, 4), "gemm_chain_ms": round(gemm_s * 1e3, 4), "gemms": reps,
                    "both_ms": round(both_s * 1e3, 4), "k": round(k, 4), "share": round(k / (1 + k), 4)}

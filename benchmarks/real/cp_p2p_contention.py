@@ -24,7 +24,7 @@ import os
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from gpu_timing import contention_s, emit, events_s, write_rows
+from gpu_timing import emit, events_s, outlasting_contention, write_rows
 
 
 def ring(send: torch.Tensor, recv: torch.Tensor, rank: int, world: int) -> None:
@@ -70,13 +70,7 @@ def main() -> None:
             for _ in range(3):
                 p2p()
             p2p_s = events_s(p2p, args.iters, True)
-            reps = max(3, int(2.5 * p2p_s / per_attn) + 1)      # the chain outlasts the exchange
-
-            def chain(reps=reps, attn=attn) -> None:
-                for _ in range(reps):
-                    attn()
-
-            attn_s, both_s, kk = contention_s(chain, p2p, p2p_s, comm, args.iters)
+            reps, attn_s, both_s, kk = outlasting_contention(attn, per_attn, p2p, p2p_s, comm, args.iters, min_reps=3)
             row = {"world": world, "device": torch.cuda.get_device_name(), "heads": heads, "tokens": tok,
                    "mib": mib, "p2p_ms": round(p2p_s * 1e3, 4), "attn_chain_ms": round(attn_s * 1e3, 4),
                    "attn_calls": reps, "both_ms": round(both_s * 1e3, 4), "k": round(kk, 4),

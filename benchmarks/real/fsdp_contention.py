@@ -23,7 +23,7 @@ import os
 
 import torch
 import torch.distributed as dist
-from gpu_timing import contention_s, emit, events_s, write_rows
+from gpu_timing import emit, events_s, outlasting_contention, write_rows
 
 UNIT_PARAMS = 433_000_000   # one OLMoE-1B-7B layer: 64 experts x 3 x 2048 x 1024 + attention + router + norms
 
@@ -61,14 +61,8 @@ def main() -> None:
             coll()
         coll_s = events_s(coll, args.iters, True)
         for wname, op in works.items():
-            per_s = events_s(op, args.iters, True)
-            reps = max(4, int(2.5 * coll_s / per_s) + 1)   # the chain outlasts the collective
-
-            def chain(reps=reps, op=op) -> None:
-                for _ in range(reps):
-                    op()
-
-            work_s, both_s, k = contention_s(chain, coll, coll_s, comm, args.iters)
+            reps, work_s, both_s, k = outlasting_contention(op, events_s(op, args.iters, True), coll, coll_s, comm,
+                                                            args.iters)
             row = {"world": world, "device": torch.cuda.get_device_name(), "collective": cname,
                    "coll_MB": round((n * (2 if "bf16" in cname else 4)) / 1e6, 1), "work": wname,
                    "coll_ms": round(coll_s * 1e3, 4), "work_ms": round(work_s * 1e3, 4), "ops": reps,

@@ -44,6 +44,19 @@ def contention_s(work, comm, comm_s: float, stream, iters: int) -> tuple[float, 
     return work_s, both_s, max(0.0, both_s - work_s) / comm_s
 
 
+def outlasting_contention(op, per_s: float, comm, comm_s: float, stream, iters: int,
+                          min_reps: int = 4) -> tuple[int, float, float, float]:
+    """(reps, work alone s, work with `comm` beside it s, k): contention_s of a chain of `op` (`per_s` each) long
+    enough to outlast the collective (2.5x its `comm_s`, at least `min_reps` calls)."""
+    reps = max(min_reps, int(2.5 * comm_s / per_s) + 1)
+
+    def chain() -> None:
+        for _ in range(reps):
+            op()
+
+    return (reps, *contention_s(chain, comm, comm_s, stream, iters))
+
+
 def emit(row: dict) -> None:
     """Print one result row as a JSON line on rank 0."""
     if dist.get_rank() == 0:
