@@ -80,6 +80,7 @@ from baige_plan.search.hetero_templates import (
     standalone_best_known,
     standalone_key,
     templates,
+    climb_neighbours,
 )
 from baige_plan.search.ranking import sig
 from baige_plan.specs import runtimes
@@ -102,6 +103,8 @@ CP_SAT_MAX_PER_TEMPLATE = 0.1  # deterministic seconds of CP-SAT per template at
 POLISH_TOP = 8              # at most this many solutions are polished with the exact model,
 POLISH_WITHIN = 1.25        # those within 25% of the best
 RUNNERS_UP = 5              # runners-up a result names (HeteroResult.runners_up)
+TP_CLIMB_TOP = 3            # spanning solutions whose tp neighbours each climbing round solves (_tp_climb)
+TP_CLIMB_ROUNDS = 4         # climbing rounds at most (each must lower the best linear time to go on)
 BATCH_WINDOW = 8            # micro-batches per replica either side of the speed-proportional split
 
 
@@ -345,6 +348,53 @@ def _solve_template_cp(model, cluster, job, t: Template, base: StrategySpec, mem
     gap = 0.0 if obj <= 0 else max(0.0, (obj - bound) / obj)
     status = "OPTIMAL" if st == cp_model.OPTIMAL else "FEASIBLE"
     return replace(p_base, shapes=tuple(shapes)), status, gap, 0.0   # no bound used for several shapes
+
+
+def _tp_climb(model, cluster, job, lim: Limits, solved: list, solved_tv: dict, tried: set, memory_frac: float,
+              per: float, cache: dict, refusal_memo: dict, deadline: float, parallel: bool) -> int:
+    """Hill-climb over tp and replicas from the best solutions: each round solves the unsolved tp neighbours
+    (hetero_templates.climb_neighbours) of the TP_CLIMB_TOP best spanning solutions by linear time, appends their
+    solutions to `solved` (and `solved_tv`), and stops when a round does not lower the best linear time, after
+    TP_CLIMB_ROUNDS rounds, or at the deadline. It climbs from solutions the runtime runs only, and skips neighbours
+    the runtime refuses whatever their split.
+    Returns how many templates it solved. Deterministic: candidates in (linear time, label) order."""
+    n = 0
+    for _ in range(TP_CLIMB_ROUNDS):
+        if time.perf_counter() > deadline:
+            break
+        ranked = sorted(solved, key=lambda x: (x[0], x[1]))
+        best = ranked[0][0] if ranked else math.inf
+        frontier: list[tuple[Template, StrategySpec]] = []
+        # spanning one-pipeline solutions the runtime runs (its rule reads the plan only): climbing from a refused
+        # one finds its refused neighbours, and with nothing accepted the "no plan" error stays what it was
+        starts = []
+        for _t, lab, sol in ranked:
+            t, _v = solved_tv[lab]
+            if len(starts) == TP_CLIMB_TOP:
+                break
+            if len(t.shapes) == 1 and len({g for g, _tp, _n in t.shapes[0][1]}) > 1 and \
+                    _refusal(cluster, model, sol[0]) is None:
+                starts.append(solved_tv[lab])
+        for t, v in starts:
+            b = t.shapes[0][2].micro_batch or v.micro_batch
+            for t2 in climb_neighbours(model, cluster, job, t, b, lim, memory_frac):
+                if (t2, v) not in tried:
+                    tried.add((t2, v))
+                    if _template_refusal(model, cluster, t2, v, refusal_memo) is None:
+                        frontier.append((t2, v))
+        if not frontier:
+            break
+        sols = _solve_all(model, cluster, job, frontier, memory_frac, per, cache) if parallel else \
+            {tv: _solve_template(model, cluster, job, tv[0], tv[1], memory_frac, per, cache) for tv in frontier}
+        n += len(frontier)
+        for t2, v in frontier:
+            sol = sols[(t2, v)]
+            if sol is not None:
+                solved.append((sol[3], f"{t2.label()} recompute {v.recompute}", sol))
+                solved_tv[solved[-1][1]] = (t2, v)
+        if min((x[0] for x in solved), default=math.inf) >= best:
+            break
+    return n
 
 
 def _solve_all(model, cluster, job, todo: list[tuple[Template, StrategySpec]], memory_frac: float, per: float,
@@ -682,6 +732,7 @@ def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySp
     # "no plan at all", which lists the refusals of plans that fit, solves them (below)
     unsolved_refused: list[tuple[Template, StrategySpec]] = []
     refusal_memo: dict = {}
+    solved_tv: dict[str, tuple[Template, StrategySpec]] = {}     # a solution's label -> its template and variant
     # with no time limit every template the runtime may run is solved: solve them over the usable cores first
     # (pure, search/forked.py); the loop below takes each solution in the same order as it would solve it
     refused = [_template_refusal(model, cluster, t, v, refusal_memo) is not None for t, v in pending]
@@ -702,6 +753,12 @@ def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySp
         cp_sat += len(t.shapes) > 1
         if sol is not None:
             solved.append((sol[3], f"{t.label()} recompute {v.recompute}", sol))
+            solved_tv[solved[-1][1]] = (t, v)
+    if not stopped:
+        climbed = _tp_climb(model, cluster, job, lim, solved, solved_tv, set(pending), memory_frac, per, cache,
+                            refusal_memo, deadline, parallel=time_limit_s is None)
+        n_temps += climbed
+        solves += climbed
     # exact estimates, most promising first; a solution whose linear pipeline time (a lower bound of its
     # exact step) is beyond the polish window of the best exact step so far can neither win nor be polished
     solved.sort(key=lambda x: (x[0], x[1]))

@@ -267,16 +267,17 @@ def group_plans(model: ModelSpec, g: GroupSpec, job: JobSpec, base: StrategySpec
     return out[:top]
 
 
-def tp_combos(names: list[str], tp_pref: dict[str, list[int]]) -> list[tuple[int, ...]]:
+def tp_combos(names: list[str], tp_pref: dict[str, list[int]], whole: frozenset[str] = frozenset()
+              ) -> list[tuple[int, ...]]:
     """tp per group of a spanning pipeline: every combination of each group's first SPANNING_TP_PER_GROUP
-    preferences up to EXHAUSTIVE_ORDER_GROUPS groups; beyond, every group at its first, every group at its second,
-    and each group alone at its second (n + 2 instead of 2^n).
+    preferences (every preference of the groups in `whole`) up to EXHAUSTIVE_ORDER_GROUPS groups; beyond, every
+    group at its first, every group at its second, and each group alone at its second (n + 2 instead of 2^n).
 
     >>> tp_combos(["a", "b", "c", "d", "e"], {"a": [2, 1], "b": [2, 4], "c": [1], "d": [2, 1], "e": [2, 1]})
     [(2, 2, 1, 2, 2), (1, 4, 1, 1, 1), (1, 2, 1, 2, 2), (2, 4, 1, 2, 2), (2, 2, 1, 1, 2), (2, 2, 1, 2, 1)]
     """
     if len(names) <= EXHAUSTIVE_ORDER_GROUPS:
-        return list(product(*[tp_pref[n][:SPANNING_TP_PER_GROUP] for n in names]))
+        return list(product(*[tp_pref[n] if n in whole else tp_pref[n][:SPANNING_TP_PER_GROUP] for n in names]))
     first = tuple(tp_pref[n][0] for n in names)
     second = tuple(tp_pref[n][min(1, len(tp_pref[n]) - 1)] for n in names)
     alone = [first[:i] + (second[i],) + first[i + 1:] for i in range(len(names))] \
@@ -337,15 +338,17 @@ def _states_may_fit(model: ModelSpec, groups: list[GroupSpec], tp: dict[str, int
 
 
 def spanning_templates(model: ModelSpec, job: JobSpec, groups: list[GroupSpec], tp_pref: dict[str, list[int]],
-                       base: StrategySpec, lim: Limits, memory_frac: float = 0.9) -> list[Template]:
-    """One pipeline over all of `groups` (family (2) above; `templates` passes each subset)."""
+                       base: StrategySpec, lim: Limits, memory_frac: float = 0.9,
+                       whole: frozenset[str] = frozenset()) -> list[Template]:
+    """One pipeline over all of `groups` (family (2) above; `templates` passes each subset). `whole`: the groups
+    whose every tp preference is tried (tp_combos)."""
     temps: list[Template] = []
     if len(groups) < 2:
         return temps
     names = [g.name for g in groups]
     bs = [b for b in SPANNING_MICRO_BATCHES if lim.mb_ok(b)] if lim.micro_batch is None else [lim.micro_batch]
     mem = {g.name: g.chip.need("memory_gib") for g in groups}     # segment_orders bounds long orders with it
-    for tps in tp_combos(names, tp_pref):
+    for tps in tp_combos(names, tp_pref, whole):
         tp = dict(zip(names, tps, strict=True))
         units = {g.name: g.devices // tp[g.name] for g in groups}
         # replicas r: every device used (r divides each group's stage slots), or, when the batch does not
@@ -369,6 +372,54 @@ def spanning_templates(model: ModelSpec, job: JobSpec, groups: list[GroupSpec], 
                     kn = ShapeKnobs() if b == base.micro_batch else ShapeKnobs(micro_batch=b)
                     temps.append(Template(((r, segs, kn),)))
     return temps
+
+
+def climb_neighbours(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, t: Template, micro_batch: int,
+                     lim: Limits, memory_frac: float = 0.9) -> list[Template]:
+    """Templates one move away from t's pipeline across groups, on the same devices: one group's stages at another
+    of its tp options (tp_options; its stage count scales by tp / tp'), or the replicas halved or doubled (every
+    group's stage count scales by r / r'; the batch must split over r' replicas of `micro_batch`). Each segment
+    must stay a whole number of stages. Templates of several shapes or of one group have none. `solve` climbs
+    along these from its best solutions (TP_CLIMB_*), which finds the tp and replica count a group needs when its
+    preferred tps (SPANNING_TP_PER_GROUP, ranked from its plans alone) or the replica counts tried with them
+    (MAX_SPANNING_REPLICAS) miss it -- e.g. a group that holds no plan of the model alone, ranked from tp 1 up,
+    where a memory-bound stage needs a wider tp and a longer pipeline.
+
+    >>> from baige_plan.io.catalog import Catalog
+    >>> from baige_plan.specs.job import JobSpec
+    >>> cat = Catalog.create(); cl, _ = cat.cluster("a100-sxm4-80g:1x8+h100-sxm5-80g:1x8")
+    >>> t = Template(((2, (("a100-sxm4-80g", 2, 2), ("h100-sxm5-80g", 4, 1)), ShapeKnobs()),))
+    >>> [x.label() for x in climb_neighbours(cat.model("llama3-8b"), cl, JobSpec(64, 4096), t, 1, Limits())]
+    ... # doctest: +NORMALIZE_WHITESPACE
+    ['2x[a100-sxm4-80g tp1 pp4 > h100-sxm5-80g tp4 pp1]', '2x[a100-sxm4-80g tp4 pp1 > h100-sxm5-80g tp4 pp1]',
+     '2x[a100-sxm4-80g tp2 pp2 > h100-sxm5-80g tp1 pp4]', '2x[a100-sxm4-80g tp2 pp2 > h100-sxm5-80g tp2 pp2]',
+     '1x[a100-sxm4-80g tp2 pp4 > h100-sxm5-80g tp4 pp2]']
+    """
+    if len(t.shapes) != 1:
+        return []
+    r, segs, kn = t.shapes[0]
+    names = list(dict.fromkeys(g for g, _tp, _n in segs))
+    if len(names) < 2:
+        return []
+    groups = {g.name: g for g in cluster.groups}
+    moves: list[tuple[int, tuple[tuple[str, int, int], ...]]] = []
+    for name in names:
+        cur = next(tp for g, tp, _n in segs if g == name)
+        for tp2 in tp_options(model, groups[name], lim):
+            if tp2 != cur and not any(n * cur % tp2 for g, _tp, n in segs if g == name):
+                moves.append((r, tuple((g, tp2, n * cur // tp2) if g == name else (g, tp, n) for g, tp, n in segs)))
+    for r2 in (r // 2, 2 * r):
+        if r2 >= 1 and r2 * 2 in (r, 4 * r) and not any(n * r % r2 for _g, _tp, n in segs) \
+                and job.global_batch % (r2 * micro_batch) == 0:
+            moves.append((r2, tuple((g, tp, n * r // r2) for g, tp, n in segs)))
+    out: list[Template] = []
+    for r2, new in moves:
+        stages = sum(n for _g, _tp, n in new)
+        tps = {g: tp for g, tp, _n in new}
+        if 2 <= stages <= model.layers and lim.pp_ok(stages) and \
+                _states_may_fit(model, [groups[n] for n in names], tps, stages, r2, memory_frac):
+            out.append(Template(((r2, new, kn),)))
+    return out
 
 
 def _divisors_upto(n: int, cap: int) -> list[int]:
@@ -426,7 +477,10 @@ def templates(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: Strate
     # groups of one family may run together beside a third; beyond EXHAUSTIVE_ORDER_GROUPS groups, all of them only
     spans = [groups] if len(groups) > EXHAUSTIVE_ORDER_GROUPS else \
         [list(sub) for k in range(2, len(groups) + 1) for sub in combinations(groups, k)]
+    # a group that holds no plan of the model alone has no tp of its own to rank from (its preferences start at the
+    # narrowest, where its stages need memory most): every tp of it is tried
+    whole = frozenset(g.name for g in groups if not best[g.name])
     for sub in spans:
-        temps += spanning_templates(model, job, sub, tp_pref, base, lim, memory_frac)
+        temps += spanning_templates(model, job, sub, tp_pref, base, lim, memory_frac, whole)
     uniq = sorted(set(temps), key=lambda t: t.label())
     return uniq, standalone
