@@ -22,11 +22,11 @@ CASES = [
 ]
 
 
-def _step(model, cl, job, tp=None) -> float | None:
-    base = StrategySpec(micro_batch=1, zero=1, recompute="selective", sequence_parallel=True, attention="flash",
-                        **runtimes.knobs("flagscale"))
+def _step(model, cl, job, tp=None, recompute=None) -> float | None:
+    base = StrategySpec(micro_batch=1, zero=1, recompute=recompute or "selective", sequence_parallel=True,
+                        attention="flash", **runtimes.knobs("flagscale"))
     try:
-        r = solve(model, cl, job, base, lim=Limits(tp=tp))
+        r = solve(model, cl, job, base, lim=Limits(tp=tp, recompute=recompute), recompute_pinned=bool(recompute))
     except Exception:   # noqa: BLE001 -- a pin with no feasible plan
         return None
     return r.estimate.step_time_s
@@ -42,6 +42,21 @@ def test_no_single_tp_pin_beats_the_unpinned_search(model_name, cluster, batch, 
     pinned = {tp: _step(model, cl, job, tp) for tp in (2, 4, 8)}
     best = min(v for v in pinned.values() if v is not None)
     assert free <= best * (1 + 1e-9), (free, pinned)
+
+
+def test_a_recompute_pin_does_not_beat_the_unpinned_search():
+    """mixtral-8x7b on one A100 node + two Ascend nodes: the A100 group holds no plan alone; the fastest plan runs
+    selective recomputation with the Ascend stages at tp 2 on both ends of the pipeline (15.64 s), a tp neither
+    group's preferences held; the search's best was full recomputation at Ascend tp 4 (19.01 s, 2026-11-29), and a
+    one-group tp move from it under full recomputation does not fit or is slower, so the climb solves every order and
+    recompute variant of each tp combination next to the best one's."""
+    cat = Catalog.create()
+    cl, _ = cat.cluster("a100-sxm4-80g:1x8+ascend-910b:2x8")
+    model = cat.model("mixtral-8x7b")
+    job = JobSpec(global_batch=128, seq_len=4096)
+    free = _step(model, cl, job)
+    pinned = {rc: _step(model, cl, job, recompute=rc) for rc in ("none", "selective", "full")}
+    assert free <= min(v for v in pinned.values() if v is not None) * (1 + 1e-9), (free, pinned)
 
 
 def test_climb_neighbours_keep_the_devices_and_whole_stages():

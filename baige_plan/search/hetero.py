@@ -70,17 +70,19 @@ from baige_plan.search.forked import in_parallel, usable_cores
 from baige_plan.search.hetero_templates import (
     Limits,
     Template,
+    climb_neighbours,
     even_split,
     exact,
     knobs_of,
     missing_figure,
     runs_on,
     search_group,
+    spanning_templates,
     standalone_best,
     standalone_best_known,
     standalone_key,
     templates,
-    climb_neighbours,
+    tp_options,
 )
 from baige_plan.search.ranking import sig
 from baige_plan.specs import runtimes
@@ -104,7 +106,8 @@ POLISH_TOP = 8              # at most this many solutions are polished with the 
 POLISH_WITHIN = 1.25        # those within 25% of the best
 RUNNERS_UP = 5              # runners-up a result names (HeteroResult.runners_up)
 TP_CLIMB_TOP = 3            # spanning solutions whose tp neighbours each climbing round solves (_tp_climb)
-TP_CLIMB_ROUNDS = 4         # climbing rounds at most (each must lower the best linear time to go on)
+TP_CLIMB_POOL = 12          # solutions, by linear time, whose exact step ranks the climb's starts
+TP_CLIMB_ROUNDS = 4         # climbing rounds at most (each must lower the best exact step to go on)
 BATCH_WINDOW = 8            # micro-batches per replica either side of the speed-proportional split
 
 
@@ -350,49 +353,100 @@ def _solve_template_cp(model, cluster, job, t: Template, base: StrategySpec, mem
     return replace(p_base, shapes=tuple(shapes)), status, gap, 0.0   # no bound used for several shapes
 
 
-def _tp_climb(model, cluster, job, lim: Limits, solved: list, solved_tv: dict, tried: set, memory_frac: float,
-              per: float, cache: dict, refusal_memo: dict, deadline: float, parallel: bool) -> int:
-    """Hill-climb over tp and replicas from the best solutions: each round solves the unsolved tp neighbours
-    (hetero_templates.climb_neighbours) of the TP_CLIMB_TOP best spanning solutions by linear time, appends their
-    solutions to `solved` (and `solved_tv`), and stops when a round does not lower the best linear time, after
-    TP_CLIMB_ROUNDS rounds, or at the deadline. It climbs from solutions the runtime runs only, and skips neighbours
-    the runtime refuses whatever their split.
-    Returns how many templates it solved. Deterministic: candidates in (linear time, label) order."""
+def _combo(t: Template) -> tuple[tuple[str, int], ...]:
+    """The (group, tp) pairs of a one-shape template."""
+    return tuple(sorted({(g, tp) for g, tp, _n in t.shapes[0][1]}))
+
+
+def _tp_climb(model, cluster, job, lim: Limits, variants: list[StrategySpec], solved: list, solved_tv: dict,
+              tried: set, memory_frac: float, per: float, cache: dict, refusal_memo: dict, deadline: float,
+              parallel: bool) -> int:
+    """Hill-climb over tp and replicas from the best solutions. Each round solves (1) the unsolved neighbours
+    (hetero_templates.climb_neighbours: one group's tp or the replicas) of the TP_CLIMB_TOP best spanning solutions
+    by exact step (of the TP_CLIMB_POOL best by linear time), and (2) every spanning template (spanning_templates:
+    every order, replica count and recompute variant, at the best solution's micro-batch) of each tp combination
+    one group's tp away from the best solution's, or with every group's tp doubled or halved, that no template had
+    yet -- a group's other tp may need another order or recomputation to fit. It appends their solutions to
+    `solved` (and `solved_tv`), and stops when a round does not lower the best exact step, after TP_CLIMB_ROUNDS
+    rounds, or at the deadline. It climbs from solutions the runtime runs only, not at all when the best of them
+    is further than POLISH_WITHIN behind the best solution of any kind (of the TP_CLIMB_POOL best by linear time),
+    and skips templates the runtime refuses whatever their split. Returns how many templates it solved.
+    Deterministic: candidates in (step, label) order, families in group and tp order."""
     n = 0
-    for _ in range(TP_CLIMB_ROUNDS):
-        if time.perf_counter() > deadline:
-            break
-        ranked = sorted(solved, key=lambda x: (x[0], x[1]))
-        best = ranked[0][0] if ranked else math.inf
-        frontier: list[tuple[Template, StrategySpec]] = []
-        # spanning one-pipeline solutions the runtime runs (its rule reads the plan only): climbing from a refused
-        # one finds its refused neighbours, and with nothing accepted the "no plan" error stays what it was
-        starts = []
-        for _t, lab, sol in ranked:
+    groups = {g.name: g for g in cluster.groups}
+    visited = {_combo(t) for t, _v in tried if len(t.shapes) == 1}
+
+    def ranked_exact(entries: list) -> list[tuple[float, str]]:
+        """(exact step, label) of the TP_CLIMB_POOL best spanning one-pipeline solutions the runtime runs, by
+        linear time (a lower bound that leaves out DP and bridge traffic, so it cannot rank them alone); their
+        stage costs are memoised in `cache`, which the search's own exact estimates read back."""
+        out = []
+        for _t_lin, lab, sol in sorted(entries, key=lambda x: (x[0], x[1])):
             t, _v = solved_tv[lab]
-            if len(starts) == TP_CLIMB_TOP:
+            if len(out) == TP_CLIMB_POOL:
                 break
             if len(t.shapes) == 1 and len({g for g, _tp, _n in t.shapes[0][1]}) > 1 and \
                     _refusal(cluster, model, sol[0]) is None:
-                starts.append(solved_tv[lab])
+                e = _exact(model, cluster, job, sol[0], memory_frac, cache)
+                if e is not None:
+                    out.append((e.step_time_s, lab))
+        return sorted(out)
+
+    pool = ranked_exact(solved)
+    # a pipeline across groups further behind the best plan found than the search's polish window is not climbed
+    # from (the search would neither estimate nor polish its neighbours' like): e.g. the 16,384-device plan, where
+    # the H100 group alone is 22 % faster than any pipeline across groups
+    best_any = min((e.step_time_s for _t, _lab, sol in sorted(solved, key=lambda x: (x[0], x[1]))[:TP_CLIMB_POOL]
+                    if _refusal(cluster, model, sol[0]) is None
+                    and (e := _exact(model, cluster, job, sol[0], memory_frac, cache)) is not None), default=math.inf)
+    if pool and pool[0][0] > best_any * POLISH_WITHIN:
+        return 0
+    for _ in range(TP_CLIMB_ROUNDS):
+        if not pool or time.perf_counter() > deadline:
+            break
+        best = pool[0][0]
+        # climbing from a refused solution finds its refused neighbours, and with nothing accepted the "no plan"
+        # error stays what it was: only solutions the runtime runs start a climb
+        starts = [solved_tv[lab] for _e, lab in pool[:TP_CLIMB_TOP]]
+        cand: list[tuple[Template, StrategySpec]] = []
         for t, v in starts:
             b = t.shapes[0][2].micro_batch or v.micro_batch
-            for t2 in climb_neighbours(model, cluster, job, t, b, lim, memory_frac):
-                if (t2, v) not in tried:
-                    tried.add((t2, v))
-                    if _template_refusal(model, cluster, t2, v, refusal_memo) is None:
-                        frontier.append((t2, v))
+            cand += [(t2, v) for t2 in climb_neighbours(model, cluster, job, t, b, lim, memory_frac)]
+        kn0 = starts[0][0].shapes[0][2]
+        combo = dict(_combo(starts[0][0]))
+        sub = [g for g in cluster.groups if g.name in combo]
+        opts = {name: tp_options(model, groups[name], lim) for name in combo}
+        moves = [{**combo, name: tp2} for name in combo for tp2 in opts[name]]
+        # every group's tp doubled or halved together: the model-parallel width of the whole pipeline
+        moves += [c for c in ({k: x * 2 for k, x in combo.items()}, {k: x // 2 for k, x in combo.items()})
+                  if all(c[k] in opts[k] for k in c)]
+        for move in moves:
+            c2 = tuple(sorted(move.items()))
+            if c2 in visited:
+                continue
+            visited.add(c2)
+            fam = spanning_templates(model, job, sub, {k: [x] for k, x in c2}, variants[0], lim, memory_frac)
+            cand += [(t2, v) for t2 in fam if t2.shapes[0][2] == kn0 for v in variants]
+        frontier: list[tuple[Template, StrategySpec]] = []
+        for t2, v in cand:
+            if (t2, v) not in tried:
+                tried.add((t2, v))
+                if _template_refusal(model, cluster, t2, v, refusal_memo) is None:
+                    frontier.append((t2, v))
         if not frontier:
             break
         sols = _solve_all(model, cluster, job, frontier, memory_frac, per, cache) if parallel else \
             {tv: _solve_template(model, cluster, job, tv[0], tv[1], memory_frac, per, cache) for tv in frontier}
         n += len(frontier)
+        new = []
         for t2, v in frontier:
             sol = sols[(t2, v)]
             if sol is not None:
-                solved.append((sol[3], f"{t2.label()} recompute {v.recompute}", sol))
-                solved_tv[solved[-1][1]] = (t2, v)
-        if min((x[0] for x in solved), default=math.inf) >= best:
+                new.append((sol[3], f"{t2.label()} recompute {v.recompute}", sol))
+                solved_tv[new[-1][1]] = (t2, v)
+        solved += new
+        pool = sorted(pool + ranked_exact(new))[:TP_CLIMB_POOL]
+        if pool[0][0] >= best:
             break
     return n
 
@@ -755,8 +809,8 @@ def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySp
             solved.append((sol[3], f"{t.label()} recompute {v.recompute}", sol))
             solved_tv[solved[-1][1]] = (t, v)
     if not stopped:
-        climbed = _tp_climb(model, cluster, job, lim, solved, solved_tv, set(pending), memory_frac, per, cache,
-                            refusal_memo, deadline, parallel=time_limit_s is None)
+        climbed = _tp_climb(model, cluster, job, lim, variants, solved, solved_tv, set(pending), memory_frac, per,
+                            cache, refusal_memo, deadline, parallel=time_limit_s is None)
         n_temps += climbed
         solves += climbed
     # exact estimates, most promising first; a solution whose linear pipeline time (a lower bound of its

@@ -7,7 +7,9 @@ by run_invariants.py (`make invariants`) on random ones.
   - on one chip group, cp across nodes costs something (cp_comm > 0 when tp x cp exceeds a node);
   - `evaluate --plan FILE` gives the step time and breakdown the file was written with;
   - on one chip group the search is exact: pinning a knob never finds a faster plan than the unpinned search's
-    fastest (the min over its --top; the first shown may be a simpler tie)."""
+    fastest (the min over its --top; the first shown may be a simpler tie); on several groups the search is a
+    heuristic (templates, then a climb), so a pin may beat it by at most HETERO_PIN_GAP (the 2026-11-29 audit found
+    pins 2-22 % faster there, docs/VALIDATION.md "Pins against the heterogeneous search")."""
 
 from __future__ import annotations
 
@@ -19,6 +21,8 @@ from typer.testing import CliRunner
 
 from baige_plan.cli.app import app
 
+HETERO_PIN_GAP = 0.01       # how much faster a pinned run may be than the heterogeneous search's fastest
+
 
 def devices_per_node(cluster: str) -> int | None:
     """Devices per node of a one-group shorthand (None for several groups)."""
@@ -28,7 +32,8 @@ def devices_per_node(cluster: str) -> int | None:
 def plan_violations(run: CliRunner, args: list[str], cluster: str, out: Path, top: int,
                     pins: Callable[[dict], list[list[str]]], must_plan: bool = False) -> list[str]:
     """The violations of one `plan ARGS` case (empty: none); `pins(first plan's strategy)`: the pinned runs compared
-    with it (one group only); `must_plan`: the case is known to have a plan (no plan is then a violation too)."""
+    with it (on several groups within HETERO_PIN_GAP); `must_plan`: the case is known to have a plan (no plan is then
+    a violation too)."""
     res = run.invoke(app, args + ["--format", "json", "--top", str(top), "--out", str(out)])
     if res.exception is not None and not isinstance(res.exception, SystemExit):
         return [f"exception {res.exception!r}"]
@@ -63,15 +68,14 @@ def plan_violations(run: CliRunner, args: list[str], cluster: str, out: Path, to
         again = json.loads(ev.stdout)
         if again["step_time_s"] != plans[0]["step_time_s"] or again["breakdown_s"] != plans[0]["breakdown_s"]:
             bad.append(f"evaluate --plan {again['step_time_s']} s != written {plans[0]['step_time_s']} s")
-    if dpn is None:
-        return bad
     fastest = min(p["step_time_s"] for p in plans)
+    slack = HETERO_PIN_GAP if dpn is None else 1e-9
     for pin in pins(plans[0]["strategy"]):
         rp = run.invoke(app, args + pin + ["--format", "json", "--top", str(top)])
         if rp.exit_code not in (0, 1, 2):
             bad.append(f"pinned {' '.join(pin)}: exit {rp.exit_code}")   # no plan with it, or refused: 1 or 2
         elif rp.exit_code == 0:
             pinned = min(p["step_time_s"] for p in json.loads(rp.stdout)["plans"])
-            if pinned < fastest * (1 - 1e-9):
+            if pinned < fastest * (1 - slack):
                 bad.append(f"pinned {' '.join(pin)} finds {pinned} s < unpinned fastest {fastest} s")
     return bad

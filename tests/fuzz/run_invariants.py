@@ -1,7 +1,8 @@
 """`make invariants`: random *valid* `plan` runs checked against the properties of invariants.py, the semantic
 counterpart of `make fuzz` (which feeds malformed inputs). Each case draws a model, a cluster (one group or several),
 a runtime, a batch and sequence length and a few options, runs `plan --format json --top 8 --out FILE` in-process,
-and on one group compares it with tp and recompute pinned to another value than its first plan's.
+and compares it with tp and recompute pinned to another value than its first plan's (on several groups: within
+invariants.HETERO_PIN_GAP, and micro-batch too).
 
     python tests/fuzz/run_invariants.py [--seed 0] [--n 60]
 
@@ -36,8 +37,10 @@ def _other_pins(args: list[str]):
     """pins(first plan's strategy) for plan_violations: tp and recompute pinned to another value than the first
     plan's, where the case does not pin them itself."""
     def pins(s0: dict) -> list[list[str]]:
-        return [p for p in (["--tp", str(8 if s0["tp"] != 8 else 4)],
-                            ["--recompute", "none" if s0["recompute"] != "none" else "full"]) if p[0] not in args]
+        out = [["--tp", str(8 if s0["tp"] != 8 else 4)], ["--recompute", "none" if s0["recompute"] != "none" else "full"]]
+        if "+" in args[2]:      # several groups: the search is a heuristic there; a narrower tp and another micro-batch
+            out += [["--tp", str(max(1, s0["tp"] // 2))], ["--micro-batch", "2" if s0["micro_batch"] == 1 else "1"]]
+        return [p for p in out if p[0] not in args and p != ["--tp", str(s0["tp"])]]
     return pins
 
 
