@@ -85,3 +85,27 @@ def test_climb_neighbours_keep_the_devices_and_whole_stages():
     assert not any("h100-sxm5-80g tp8" in lab or lab.startswith("4x") for lab in labels)
     # a batch that does not split over 1 or 4 replicas of micro-batch 1 gets no replica move (2 | 6, 4 does not)
     assert not any(x.shapes[0][0] == 4 for x in climb_neighbours(model, cl, JobSpec(6, 4096), t, 1, Limits()))
+
+
+def test_pipelines_across_groups_run_sequence_parallelism_unless_turned_off():
+    """The heterogeneous plan-wide sequence parallelism is the user's (on unless --no-sequence-parallel), not the
+    search base's: StrategySpec turns sequence_parallel off at its own tp 1, so until 2026-11-29 every pipeline
+    across groups was costed and exported without it (llama3-8b on a100-40g:8x8+ascend:8x8: 0.5247 s at tp 4 / 8
+    without SP; with it each tp > 1 stage keeps 1/tp of the norm and dropout activations and work)."""
+    cat = Catalog.create()
+    cl, _ = cat.cluster("a100-sxm4-40g:8x8+ascend-910b:8x8")
+    model = cat.model("llama3-8b")
+    job = JobSpec(global_batch=64, seq_len=2048)
+    base = StrategySpec(micro_batch=1, zero=1, recompute="selective", sequence_parallel=True, attention="flash",
+                        **runtimes.knobs("flagscale"))
+    on = solve(model, cl, job, base)
+    off = solve(model, cl, job, base, lim=Limits(sequence_parallel=False))
+    assert on.pipelines.sequence_parallel is True and off.pipelines.sequence_parallel is False
+    assert any(st.tp > 1 for sh in on.pipelines.shapes for st in sh.stages)
+    assert on.estimate.step_time_s < off.estimate.step_time_s
+    # each tp > 1 stage of the plan runs SP, the plan-wide flag says so: the same plan re-estimated with it off is slower
+    from dataclasses import replace
+
+    from baige_plan.search.hetero import _exact
+    e_off = _exact(model, cl, job, replace(on.pipelines, sequence_parallel=False), 0.9)
+    assert e_off is None or e_off.step_time_s > on.estimate.step_time_s

@@ -226,15 +226,19 @@ def sweep_single(rows: list[tuple[float, float, float, float, float]], layers: i
 
 
 def _solve_template(model, cluster, job, t: Template, base: StrategySpec, memory_frac: float,
-                    time_limit_s: float, cache: dict | None = None) -> tuple[PipelinesSpec, str, float, float] | None:
+                    time_limit_s: float, cache: dict | None = None, sp: bool | None = None
+                    ) -> tuple[PipelinesSpec, str, float, float] | None:
+    """The best solution of template t on the plan-wide knobs of `base`; `sp`: the plan-wide sequence parallelism
+    (None: base's own, which StrategySpec turns off at its tp 1 -- the search passes the user's choice, on unless
+    --no-sequence-parallel; each stage runs it where its tp > 1)."""
     try:
-        return _solve_template_cp(model, cluster, job, t, base, memory_frac, time_limit_s, cache)
+        return _solve_template_cp(model, cluster, job, t, base, memory_frac, time_limit_s, cache, sp)
     except SpecError:
         return None
 
 
 def _solve_template_cp(model, cluster, job, t: Template, base: StrategySpec, memory_frac: float,
-                       time_limit_s: float, cache: dict | None = None
+                       time_limit_s: float, cache: dict | None = None, sp: bool | None = None
                        ) -> tuple[PipelinesSpec, str, float, float] | None:
     B = job.global_batch
     shapes_st = []
@@ -245,8 +249,8 @@ def _solve_template_cp(model, cluster, job, t: Template, base: StrategySpec, mem
         shapes_st.append((r, stages, kn))
     p_base = PipelinesSpec(tuple(PipelineShape(r, 1, tuple(st), kn) for r, st, kn in shapes_st),
                            micro_batch=base.micro_batch, zero=base.zero, recompute=base.recompute,
-                           sequence_parallel=bool(base.sequence_parallel), attention=base.attention,
-                           runtime=base.runtime)
+                           sequence_parallel=bool(base.sequence_parallel) if sp is None else sp,
+                           attention=base.attention, runtime=base.runtime)
     # sequences per micro-batch step of one shape: replicas x its micro-batch size
     units = [r * p_base.knob(sh, "micro_batch") for (r, _, _), sh in zip(shapes_st, p_base.shapes, strict=True)]
     if len(shapes_st) == 1 and B % units[0]:
@@ -360,7 +364,7 @@ def _combo(t: Template) -> tuple[tuple[str, int], ...]:
 
 def _tp_climb(model, cluster, job, lim: Limits, variants: list[StrategySpec], solved: list, solved_tv: dict,
               tried: set, memory_frac: float, per: float, cache: dict, refusal_memo: dict, deadline: float,
-              parallel: bool) -> int:
+              parallel: bool, sp: bool | None = None) -> int:
     """Hill-climb over tp and replicas from the best solutions. Each round solves (1) the unsolved neighbours
     (hetero_templates.climb_neighbours: one group's tp or the replicas) of the TP_CLIMB_TOP best spanning solutions
     by exact step (of the TP_CLIMB_POOL best by linear time), and (2) every spanning template (spanning_templates:
@@ -431,12 +435,12 @@ def _tp_climb(model, cluster, job, lim: Limits, variants: list[StrategySpec], so
         for t2, v in cand:
             if (t2, v) not in tried:
                 tried.add((t2, v))
-                if _template_refusal(model, cluster, t2, v, refusal_memo) is None:
+                if _template_refusal(model, cluster, t2, v, refusal_memo, sp) is None:
                     frontier.append((t2, v))
         if not frontier:
             break
-        sols = _solve_all(model, cluster, job, frontier, memory_frac, per, cache) if parallel else \
-            {tv: _solve_template(model, cluster, job, tv[0], tv[1], memory_frac, per, cache) for tv in frontier}
+        sols = _solve_all(model, cluster, job, frontier, memory_frac, per, cache, sp) if parallel else \
+            {tv: _solve_template(model, cluster, job, tv[0], tv[1], memory_frac, per, cache, sp) for tv in frontier}
         n += len(frontier)
         new = []
         for t2, v in frontier:
@@ -452,7 +456,8 @@ def _tp_climb(model, cluster, job, lim: Limits, variants: list[StrategySpec], so
 
 
 def _solve_all(model, cluster, job, todo: list[tuple[Template, StrategySpec]], memory_frac: float, per: float,
-               cache: dict) -> dict[tuple[Template, StrategySpec], tuple[PipelinesSpec, str, float, float] | None]:
+               cache: dict, sp: bool | None = None
+               ) -> dict[tuple[Template, StrategySpec], tuple[PipelinesSpec, str, float, float] | None]:
     """_solve_template of every (template, variant) in `todo`, in contiguous blocks, one per usable core
     (search/forked.py): neighbouring templates share groups and so their memoised stage costs. The same values
     as solving them one by one (each solve is pure; `cache` only memoises)."""
@@ -461,13 +466,13 @@ def _solve_all(model, cluster, job, todo: list[tuple[Template, StrategySpec]], m
     n = max(1, min(usable_cores(), len(todo)))
     size = -(-len(todo) // n)
     blocks = [todo[i:i + size] for i in range(0, len(todo), size)]
-    done = in_parallel([partial(_solve_block, model, cluster, job, b, memory_frac, per, cache) for b in blocks])
+    done = in_parallel([partial(_solve_block, model, cluster, job, b, memory_frac, per, cache, sp) for b in blocks])
     return {tv: sol for b, sols in zip(blocks, done, strict=True) for tv, sol in zip(b, sols, strict=True)}
 
 
 def _solve_block(model, cluster, job, block: list[tuple[Template, StrategySpec]], memory_frac: float, per: float,
-                 cache: dict) -> list[tuple[PipelinesSpec, str, float, float] | None]:
-    return [_solve_template(model, cluster, job, t, v, memory_frac, per, cache) for t, v in block]
+                 cache: dict, sp: bool | None = None) -> list[tuple[PipelinesSpec, str, float, float] | None]:
+    return [_solve_template(model, cluster, job, t, v, memory_frac, per, cache, sp) for t, v in block]
 
 
 def polish(model, cluster, job, p: PipelinesSpec, memory_frac: float,
@@ -704,17 +709,18 @@ def _refusal_context(cluster: ClusterSpec, model: ModelSpec) -> dict:
 
 
 def _template_refusal(model: ModelSpec, cluster: ClusterSpec, t: Template, base: StrategySpec,
-                      memo: dict | None = None) -> str | None:
+                      memo: dict | None = None, sp: bool | None = None) -> str | None:
     """Why the runtime refuses every solution of template t whatever its layer split (the runtime's
     `split_free_refusal`), None when it may run one or cannot tell without the split. `memo`: what the calls of
     one search share (the rule, the plan-wide knobs of each base, the cluster's groups)."""
     memo = {} if memo is None else memo
-    key = ("template-refusal", base)
+    key = ("template-refusal", base, sp)
     if key not in memo:
         # what pipelines_dicts gives `shape_refusal` for the template's solutions (built on the same base)
         _, defaults = pipelines_dicts(PipelinesSpec((), micro_batch=base.micro_batch, zero=base.zero,
                                                     recompute=base.recompute,
-                                                    sequence_parallel=bool(base.sequence_parallel),
+                                                    sequence_parallel=bool(base.sequence_parallel) if sp is None
+                                                    else sp,
                                                     attention=base.attention, runtime=base.runtime))
         memo[key] = (getattr(runtimes.module(base.runtime), "split_free_refusal", None), defaults,
                      _refusal_context(cluster, model))
@@ -755,6 +761,9 @@ def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySp
     deadline = math.inf if time_limit_s is None else t0 + time_limit_s
     if lim is None:
         lim = Limits(recompute=base.recompute if recompute_pinned else None)
+    # plan-wide sequence parallelism: on (each stage of tp > 1 runs it, as Megatron-family runtimes run TP) unless
+    # the user turns it off; `base` cannot carry it, StrategySpec turning it off at base's own tp 1
+    sp = True if lim.sequence_parallel is None else lim.sequence_parallel
     variants = [base] if (recompute_pinned or lim.recompute) else \
         [replace(base, recompute=rc) for rc in ("selective", "full")]
     tell("searching each chip group alone", 0, len(cluster.groups))
@@ -789,9 +798,10 @@ def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySp
     solved_tv: dict[str, tuple[Template, StrategySpec]] = {}     # a solution's label -> its template and variant
     # with no time limit every template the runtime may run is solved: solve them over the usable cores first
     # (pure, search/forked.py); the loop below takes each solution in the same order as it would solve it
-    refused = [_template_refusal(model, cluster, t, v, refusal_memo) is not None for t, v in pending]
+    refused = [_template_refusal(model, cluster, t, v, refusal_memo, sp) is not None for t, v in pending]
     presolved = None if time_limit_s is not None else _solve_all(
-        model, cluster, job, [tv for tv, no in zip(pending, refused, strict=True) if not no], memory_frac, per, cache)
+        model, cluster, job, [tv for tv, no in zip(pending, refused, strict=True) if not no], memory_frac, per, cache,
+        sp)
     for (t, v), no in zip(pending, refused, strict=True):
         if solved and time.perf_counter() > deadline:
             stopped = True          # --time-limit: keep what is solved (status FEASIBLE below)
@@ -802,7 +812,7 @@ def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySp
             solves += 1
             continue
         sol = presolved[(t, v)] if presolved is not None else \
-            _solve_template(model, cluster, job, t, v, memory_frac, per, cache)
+            _solve_template(model, cluster, job, t, v, memory_frac, per, cache, sp)
         solves += 1
         cp_sat += len(t.shapes) > 1
         if sol is not None:
@@ -810,7 +820,7 @@ def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySp
             solved_tv[solved[-1][1]] = (t, v)
     if not stopped:
         climbed = _tp_climb(model, cluster, job, lim, variants, solved, solved_tv, set(pending), memory_frac, per,
-                            cache, refusal_memo, deadline, parallel=time_limit_s is None)
+                            cache, refusal_memo, deadline, parallel=time_limit_s is None, sp=sp)
         n_temps += climbed
         solves += climbed
     # exact estimates, most promising first; a solution whose linear pipeline time (a lower bound of its
@@ -870,7 +880,7 @@ def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySp
             # the templates refused whatever their split, solved as the loop above would have: with no plan at
             # all, that loop met every solution (best_exact stayed inf), refused or not fitting, in this order
             for t, v in unsolved_refused:
-                sol = _solve_template(model, cluster, job, t, v, memory_frac, per, cache)
+                sol = _solve_template(model, cluster, job, t, v, memory_frac, per, cache, sp)
                 if sol is not None:
                     solved.append((sol[3], f"{t.label()} recompute {v.recompute}", sol))
             solved.sort(key=lambda x: (x[0], x[1]))

@@ -37,7 +37,9 @@ def batch_splits(total: int, replicas: tuple[int, ...]):
 
 
 def oracle(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySpec, memory_frac: float = 0.9,
-           per_group_top: int = 2, recompute_pinned: bool = False) -> tuple[float, PipelinesSpec | None, Estimate | None]:
+           per_group_top: int = 2, recompute_pinned: bool = False, sp: bool = True
+           ) -> tuple[float, PipelinesSpec | None, Estimate | None]:
+    """`sp`: the plan-wide sequence parallelism, on as hetero.solve runs it unless --no-sequence-parallel."""
     variants = [base] if recompute_pinned else [replace(base, recompute=rc) for rc in ("selective", "full")]
     best: tuple[float, PipelinesSpec | None, Estimate | None] = (float("inf"), None, None)
     for v in variants:
@@ -67,7 +69,7 @@ def oracle(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategyS
                             start += c
                         shapes.append(PipelineShape(r, m, tuple(stages), kn))
                     p = PipelinesSpec(tuple(shapes), micro_batch=v.micro_batch, zero=v.zero, recompute=v.recompute,
-                                      sequence_parallel=bool(v.sequence_parallel), attention=v.attention,
+                                      sequence_parallel=sp, attention=v.attention,
                                       runtime=v.runtime)
                     e = _exact(model, cluster, job, p, memory_frac)
                     if e is not None and e.step_time_s < best[0]:

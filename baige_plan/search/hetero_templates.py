@@ -186,9 +186,11 @@ def standalone_best(model: ModelSpec, g: GroupSpec, job: JobSpec, base: Strategy
                 continue
             m = job.global_batch // (dp * base.micro_batch)
             stages = tuple(StageSpec(g.name, rng, tp) for rng in even_split(model.layers, pp))
+            # plan-wide sequence parallelism as the heterogeneous search runs it (hetero.solve: on unless the user
+            # turns it off; base's own is off at its tp 1)
             p = PipelinesSpec((PipelineShape(dp, m, stages),), micro_batch=base.micro_batch, zero=base.zero,
-                              runtime=base.runtime,
-                              recompute=base.recompute, sequence_parallel=bool(base.sequence_parallel),
+                              runtime=base.runtime, recompute=base.recompute,
+                              sequence_parallel=True if lim.sequence_parallel is None else lim.sequence_parallel,
                               attention=base.attention)
             c0 = _first_stage(model, cl, job, p, cache)
             if c0 is not None and c0.memory_gib > cap:

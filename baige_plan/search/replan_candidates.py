@@ -279,7 +279,7 @@ def rebalance(model, w: World, job, p: PipelinesSpec, groups: tuple[str, ...], f
         out = []
         for rc in (base.recompute,) + tuple(x for x in RECOMPUTE if x != base.recompute):
             sol = _solve_template(model, cl, job, Template(((r, segs, kn),)), base.with_(recompute=rc), frac,
-                                  min(0.1, time_limit_s), cache)
+                                  min(0.1, time_limit_s), cache, sp=bool(p.knob(sh, "sequence_parallel")))
             if sol is None:
                 continue
             q, e = polish(model, cl, job, sol[0], frac, POLISH_EVALS // 2)
