@@ -77,3 +77,21 @@ def test_no_template_at_all_is_no_feasible_plan_not_an_internal_error():
                             "--seq-len", "2048", "--max-tp", "4"])
     assert r.exit_code == 1, r.output
     assert "no feasible plan" in r.stderr and "no usable chip group (a100)" in r.stderr
+
+
+def test_attention_pin_reaches_each_groups_own_plan():
+    """`--attention standard` on a cluster of several groups: each group's plan alone ran the homogeneous search's
+    default (flash) whatever the pin, so with Sailor's profiles (measured with standard attention) the 512-GPU plan
+    was the A100 group alone at micro-batch 16 with flash attention, outside the profiles and costed analytically
+    (1.490 s; Sailor's simulator cannot score it). Every plan shown now runs standard attention, and the first is the
+    measured V100 + A100 pipeline (benchmarks/sailor/RESULTS.md)."""
+    prof = "benchmarks/profiles/opt-350m.{}.fp32.sailor-alltp.yaml"
+    r = runner.invoke(app, ["plan", "opt-350m", "topologies/cloud-a100-v100-512.yaml", "--precision", "fp32",
+                            "--global-batch", "1024", "--seq-len", "2048", "--attention", "standard", "--recompute",
+                            "none", "--profile", prof.format("a100-sxm4-40g"), "--profile",
+                            prof.format("v100-sxm2-16g"), "--format", "json", "--top", "8"])
+    assert r.exit_code == 0, r.output
+    plans = json.loads(r.stdout)["plans"]
+    assert all(p["strategy"]["attention"] == "standard" for p in plans)
+    assert plans[0]["sources"]["compute"].startswith("measured:")
+    assert {st["group"] for sh in plans[0]["pipelines"] for st in sh["stages"]} == {"a100", "v100"}

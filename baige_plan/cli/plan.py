@@ -194,7 +194,8 @@ def plan(
             from baige_plan.search.hetero_templates import Limits
             lim = Limits(max_tp=max_tp, max_pp=max_pp, max_micro_batch=max_micro_batch, tp=tp, pp=pp,
                          micro_batch=micro_batch, zero=zero, recompute=recompute.value if recompute else None,
-                         sequence_parallel=sequence_parallel, cp=cp, max_cp=max_cp, ep=ep, etp=etp, vpp=vpp)
+                         sequence_parallel=sequence_parallel, cp=cp, max_cp=max_cp, ep=ep, etp=etp, vpp=vpp,
+                         attention=attention.value)
             from baige_plan.search.partial import without
             avail = without(cl, excluded) if excluded else cl   # a whole group excluded: exit 2, naming it
             plan_hetero(cat, m, avail, job, micro_batch=micro_batch, zero=zero, recompute=recompute,
@@ -257,6 +258,9 @@ def plan(
         err(f"--pick {pick}: the search found {len(ranked)} distinct plan{'s' if len(ranked) > 1 else ''}")
         raise typer.Exit(1)
     first = ranked[pick - 1][1]     # the plan file holds the first plan shown (--pick: the N-th)
+    if pr.cluster.groups[0].profile is not None:
+        from baige_plan.cli.profile_opts import report_outside_profiles
+        report_outside_profiles(pr.cluster, m, job, [(pr.cluster.groups[0].name, first.strategy)])
     if out is not None:
         from baige_plan.search.placement import placement
         with progress_line(f"writing {out}: placement of {cl.devices:,} devices"):

@@ -119,6 +119,11 @@ def plan_hetero(cat, m: ModelSpec, cl: ClusterSpec, job: JobSpec, *, micro_batch
         others = [(r.label, r.estimate)] + [(x.label, x.estimate) for x in r.alternatives if x is not a]
         fr = replace(r, pipelines=a.pipelines, estimate=a.estimate, idle=gone + a.idle, label=a.label,
                      runners_up=tuple(others[:RUNNERS_UP]), alternatives=())
+    if any(g.profile is not None for g in cl.groups):
+        from baige_plan.cli.profile_opts import report_outside_profiles
+        from baige_plan.cost.hetero import stage_strategy_cached
+        report_outside_profiles(cl, m, job, [(st.group, stage_strategy_cached(fr.pipelines, sh, st, None))
+                                             for sh in fr.pipelines.shapes for st in sh.stages])
     how = "each by an exact layer sweep" if not r.cp_sat else f"{r.cp_sat} with CP-SAT, the others by an exact layer sweep"
     note(f"solved {r.templates} pipeline templates ({how}) in {r.seconds:.2f} s: {r.status}"
          + (f", gap {r.gap:.2%}" if r.gap else ""))

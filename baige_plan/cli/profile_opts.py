@@ -67,3 +67,50 @@ def report_sources(sources: dict[str, str]) -> None:
     measured = {k: v for k, v in sources.items() if v != "analytical"}
     if measured:
         note("measured values used: " + ", ".join(f"{k} = {v}" for k, v in measured.items()))
+
+
+def report_outside_profiles(cluster: ClusterSpec, model: ModelSpec, job: JobSpec, stages) -> None:
+    """A note for each profiled group whose stages in the chosen plan run where the group's profile does not apply
+    (another cp, attention or execution than measured, or a (tp, micro-batch, recompute) it does not cover): their
+    per-layer compute is the analytical model's, while the search compared them with measured neighbours, so the
+    optimiser may have walked to where the two disagree. Names the nearest measured point (same tp and recompute,
+    nearest micro-batch; else any) and its measured / analytical layer time (cost/measured.py compare_entry).
+    `stages`: (group name, StrategySpec) of each stage of the plan."""
+    from dataclasses import replace as _with
+    from math import log2
+
+    from baige_plan.cost.estimate import engine_precision
+    from baige_plan.cost.measured import analytical_entry
+
+    seen = set()
+    groups = {g.name: g for g in cluster.groups}
+    for name, s in stages:
+        g = groups.get(name)
+        p = g.profile if g is not None else None
+        key = (name, s.tp, s.cp, s.micro_batch, s.recompute, s.attention, s.execution)
+        if p is None or key in seen or p.entry_for(model, job.seq_len, job.precision, s) is not None:
+            continue
+        seen.add(key)
+        why = [f"cp {s.cp} (measured at cp 1)"] if s.cp != 1 else []
+        if s.attention != p.attention:
+            why.append(f"{s.attention} attention (measured: {p.attention})")
+        if p.execution is not None and s.execution != p.execution:
+            why.append(f"{s.execution} execution (measured: {p.execution})")
+        if p.entry(s.tp, s.micro_batch, s.recompute, bool(s.sequence_parallel)) is None:
+            why.append(f"tp {s.tp} x micro-batch {s.micro_batch} x recompute {s.recompute} (measured: {p.coverage()})")
+        same = [e for e in p.entries if e.tp == s.tp and e.recompute == s.recompute] or list(p.entries)
+        near = min(same, key=lambda e: (abs(log2(e.micro_batch) - log2(s.micro_batch)), abs(e.tp - s.tp),
+                                        e.micro_batch, e.tp, e.recompute))
+        # the analytical layer as the estimate costs it there: this plan's runtime, attention and engine precision
+        # (an fp32 job's TF32 where the runtime's stack runs it), at the measured point's tp, micro-batch, recompute
+        at = _with(s, tp=near.tp, micro_batch=near.micro_batch, recompute=near.recompute, cp=1,
+                   attention=p.attention, sequence_parallel=near.sequence_parallel and near.tp > 1,
+                   **({"execution": p.execution} if p.execution else {}))
+        a = analytical_entry(model, g.chip, job.seq_len, engine_precision(g, job.precision, s.runtime), at).layer
+        m = near.layer
+        ratio = (m.forward_s + m.backward_s + m.recompute_s) / (a.forward_s + a.backward_s + a.recompute_s) \
+            if m.has_times and a.forward_s + a.backward_s + a.recompute_s > 0 else None
+        note(f"the plan's {name} stages run outside profile {p.name!r}: {'; '.join(why)}; their per-layer compute is "
+             "analytical" + (f", and at the nearest measured point (tp {near.tp}, micro-batch {near.micro_batch}, "
+                            f"recompute {near.recompute}) the profile's layer takes {ratio:.2f}x the analytical one: the "
+                            "search may have preferred this plan for that difference" if ratio else ""))

@@ -69,6 +69,9 @@ class Limits:
     ep: int | None = None
     etp: int | None = None
     vpp: int | None = None
+    # the attention kernel (`plan --attention`): every shape runs the search base's; a group's plan alone must too
+    # (search_group; its Pins default to flash)
+    attention: str | None = None
 
     def __post_init__(self) -> None:
         for k in ("max_tp", "max_pp", "max_micro_batch", "tp", "pp", "micro_batch", "cp", "max_cp", "ep", "etp", "vpp"):
@@ -233,7 +236,8 @@ def search_group(model: ModelSpec, g: GroupSpec, job: JobSpec, memory_frac: floa
         bounds = Bounds(max_tp=lim.max_tp, max_pp=lim.max_pp, max_cp=lim.max_cp, max_micro_batch=lim.max_micro_batch,
                         max_memory_frac=memory_frac, runtime=runtime)
         pins = Pins(tp=lim.tp, pp=lim.pp, cp=lim.cp, ep=lim.ep, etp=lim.etp, vpp=lim.vpp, zero=lim.zero,
-                    micro_batch=lim.micro_batch, recompute=lim.recompute, sequence_parallel=lim.sequence_parallel)
+                    micro_batch=lim.micro_batch, recompute=lim.recompute, sequence_parallel=lim.sequence_parallel,
+                    **({"attention": lim.attention} if lim.attention else {}))
         return list(search(model, ClusterSpec(name=g.name, groups=(g,)), job, bounds, pins,
                            top=top, time_limit_s=time_limit_s, dp_bound=True).plans)
     except SpecError:
