@@ -1,7 +1,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install test test-slow lint bench validate test-integration fuzz invariants corpus-tables recipes
+.PHONY: install test test-slow lint bench validate test-integration fuzz invariants hetero-pins corpus-tables recipes
 
 # the validation corpus: published calibration + held-out runs + one file per source in benchmarks/corpus/
 CORPUS := tests/data/published_calibration.yaml benchmarks/published_heldout.yaml $(sort $(filter-out %.amend.yaml,$(wildcard benchmarks/corpus/*.yaml)))
@@ -46,3 +46,7 @@ fuzz:
 # random valid plans checked against independent properties (tests/fuzz/run_invariants.py)
 invariants:
 	$(PY) tests/fuzz/run_invariants.py $(INVARIANT_ARGS)
+
+# random two-group clusters: pins that beat the heterogeneous search, and by how much (tests/fuzz/run_hetero_pins.py)
+hetero-pins:
+	$(PY) tests/fuzz/run_hetero_pins.py $(HETERO_PIN_ARGS)
