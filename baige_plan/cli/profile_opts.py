@@ -76,7 +76,6 @@ def report_outside_profiles(cluster: ClusterSpec, model: ModelSpec, job: JobSpec
     optimiser may have walked to where the two disagree. Names the nearest measured point (same tp and recompute,
     nearest micro-batch; else any) and its measured / analytical layer time (cost/measured.py compare_entry).
     `stages`: (group name, StrategySpec) of each stage of the plan."""
-    from dataclasses import replace as _with
     from math import log2
 
     from baige_plan.cost.estimate import engine_precision
@@ -103,9 +102,9 @@ def report_outside_profiles(cluster: ClusterSpec, model: ModelSpec, job: JobSpec
                                         e.micro_batch, e.tp, e.recompute))
         # the analytical layer as the estimate costs it there: this plan's runtime, attention and engine precision
         # (an fp32 job's TF32 where the runtime's stack runs it), at the measured point's tp, micro-batch, recompute
-        at = _with(s, tp=near.tp, micro_batch=near.micro_batch, recompute=near.recompute, cp=1,
-                   attention=p.attention, sequence_parallel=near.sequence_parallel and near.tp > 1,
-                   **({"execution": p.execution} if p.execution else {}))
+        at = replace(s, tp=near.tp, micro_batch=near.micro_batch, recompute=near.recompute, cp=1,
+                     attention=p.attention, sequence_parallel=near.sequence_parallel and near.tp > 1,
+                     **({"execution": p.execution} if p.execution else {}))
         a = analytical_entry(model, g.chip, job.seq_len, engine_precision(g, job.precision, s.runtime), at).layer
         m = near.layer
         ratio = (m.forward_s + m.backward_s + m.recompute_s) / (a.forward_s + a.backward_s + a.recompute_s) \

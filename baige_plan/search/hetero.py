@@ -604,7 +604,7 @@ def standalone_throughputs(model: ModelSpec, cluster: ClusterSpec, job: JobSpec,
 def _standalone_bases(lim: Limits) -> list[StrategySpec]:
     """The plan-wide settings standalone_throughputs tries each group's uneven-split pipelines at."""
     return [StrategySpec(micro_batch=lim.micro_batch or 1, zero=1 if lim.zero is None else lim.zero, recompute=rc,
-                         sequence_parallel=True if lim.sequence_parallel is None else lim.sequence_parallel)
+                         sequence_parallel=lim.plan_sequence_parallel)
             for rc in ([lim.recompute] if lim.recompute else ["selective", "full"])]
 
 
@@ -761,9 +761,7 @@ def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySp
     deadline = math.inf if time_limit_s is None else t0 + time_limit_s
     if lim is None:
         lim = Limits(recompute=base.recompute if recompute_pinned else None)
-    # plan-wide sequence parallelism: on (each stage of tp > 1 runs it, as Megatron-family runtimes run TP) unless
-    # the user turns it off; `base` cannot carry it, StrategySpec turning it off at base's own tp 1
-    sp = True if lim.sequence_parallel is None else lim.sequence_parallel
+    sp = lim.plan_sequence_parallel
     variants = [base] if (recompute_pinned or lim.recompute) else \
         [replace(base, recompute=rc) for rc in ("selective", "full")]
     tell("searching each chip group alone", 0, len(cluster.groups))

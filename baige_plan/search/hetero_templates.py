@@ -73,6 +73,13 @@ class Limits:
     # (search_group; its Pins default to flash)
     attention: str | None = None
 
+    @property
+    def plan_sequence_parallel(self) -> bool:
+        """The plan-wide sequence parallelism of heterogeneous plans: on (each stage of tp > 1 runs it, as
+        Megatron-family runtimes run TP) unless the user turns it off. A search base StrategySpec cannot carry it:
+        StrategySpec turns it off at the base's own tp 1."""
+        return True if self.sequence_parallel is None else self.sequence_parallel
+
     def __post_init__(self) -> None:
         for k in ("max_tp", "max_pp", "max_micro_batch", "tp", "pp", "micro_batch", "cp", "max_cp", "ep", "etp", "vpp"):
             v = getattr(self, k)
@@ -156,12 +163,19 @@ def even_split(layers: int, pp: int) -> tuple[tuple[int, int], ...]:
 
 
 def exact(model, cluster, job, p: PipelinesSpec, memory_frac: float, cache: dict | None = None) -> Estimate | None:
-    """The exact estimate of p when it fits, else None."""
+    """The exact estimate of p when it fits, else None. `cache` (one search's: one model, cluster and job) keeps it
+    by plan, so the climb, the search's exact pass and the polish estimate a plan once."""
+    key = ("exact", p, memory_frac)
+    if cache is not None and key in cache:
+        return cache[key]
     try:
         e = estimate_pipelines(model, cluster, job, p, memory_frac, cache)
     except SpecError:
-        return None
-    return e if e.fits else None
+        e = None
+    out = e if e is not None and e.fits else None
+    if cache is not None:
+        cache[key] = out
+    return out
 
 
 def standalone_best(model: ModelSpec, g: GroupSpec, job: JobSpec, base: StrategySpec, memory_frac: float,
@@ -189,12 +203,9 @@ def standalone_best(model: ModelSpec, g: GroupSpec, job: JobSpec, base: Strategy
                 continue
             m = job.global_batch // (dp * base.micro_batch)
             stages = tuple(StageSpec(g.name, rng, tp) for rng in even_split(model.layers, pp))
-            # plan-wide sequence parallelism as the heterogeneous search runs it (hetero.solve: on unless the user
-            # turns it off; base's own is off at its tp 1)
             p = PipelinesSpec((PipelineShape(dp, m, stages),), micro_batch=base.micro_batch, zero=base.zero,
                               runtime=base.runtime, recompute=base.recompute,
-                              sequence_parallel=True if lim.sequence_parallel is None else lim.sequence_parallel,
-                              attention=base.attention)
+                              sequence_parallel=lim.plan_sequence_parallel, attention=base.attention)
             c0 = _first_stage(model, cl, job, p, cache)
             if c0 is not None and c0.memory_gib > cap:
                 continue            # estimate_pipelines: fits is False (exact: None)
@@ -414,9 +425,8 @@ def climb_neighbours(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, t: Te
         for tp2 in tp_options(model, groups[name], lim):
             if tp2 != cur and not any(n * cur % tp2 for g, _tp, n in segs if g == name):
                 moves.append((r, tuple((g, tp2, n * cur // tp2) if g == name else (g, tp, n) for g, tp, n in segs)))
-    for r2 in (r // 2, 2 * r):
-        if r2 >= 1 and r2 * 2 in (r, 4 * r) and not any(n * r % r2 for _g, _tp, n in segs) \
-                and job.global_batch % (r2 * micro_batch) == 0:
+    for r2 in ([r // 2] if r % 2 == 0 else []) + [2 * r]:
+        if not any(n * r % r2 for _g, _tp, n in segs) and job.global_batch % (r2 * micro_batch) == 0:
             moves.append((r2, tuple((g, tp, n * r // r2) for g, tp, n in segs)))
     out: list[Template] = []
     for r2, new in moves:
