@@ -357,6 +357,11 @@ def _solve_template_cp(model, cluster, job, t: Template, base: StrategySpec, mem
     return replace(p_base, shapes=tuple(shapes)), status, gap, 0.0   # no bound used for several shapes
 
 
+def _micro_batch(t: Template, v: StrategySpec) -> int:
+    """The micro-batch of a one-shape template solved at variant v (its shape's own, else the plan-wide)."""
+    return t.shapes[0][2].micro_batch or v.micro_batch
+
+
 def _combo(t: Template) -> tuple[tuple[str, int], ...]:
     """The (group, tp) pairs of a one-shape template."""
     return tuple(sorted({(g, tp) for g, tp, _n in t.shapes[0][1]}))
@@ -364,7 +369,7 @@ def _combo(t: Template) -> tuple[tuple[str, int], ...]:
 
 def _tp_climb(model, cluster, job, lim: Limits, variants: list[StrategySpec], solved: list, solved_tv: dict,
               tried: set, memory_frac: float, per: float, cache: dict, refusal_memo: dict, deadline: float,
-              parallel: bool, sp: bool | None = None) -> int:
+              parallel: bool, sp: bool | None = None, micro_batch: int | None = None) -> int:
     """Hill-climb over tp and replicas from the best solutions. Each round solves (1) the unsolved neighbours
     (hetero_templates.climb_neighbours: one group's tp or the replicas) of the TP_CLIMB_TOP best spanning solutions
     by exact step (of the TP_CLIMB_POOL best by linear time), and (2) every spanning template (spanning_templates:
@@ -374,11 +379,14 @@ def _tp_climb(model, cluster, job, lim: Limits, variants: list[StrategySpec], so
     `solved` (and `solved_tv`), and stops when a round does not lower the best exact step, after TP_CLIMB_ROUNDS
     rounds, or at the deadline. It climbs from solutions the runtime runs only, not at all when the best of them
     is further than POLISH_WITHIN behind the best solution of any kind (of the TP_CLIMB_POOL best by linear time),
-    and skips templates the runtime refuses whatever their split. Returns how many templates it solved.
-    Deterministic: candidates in (step, label) order, families in group and tp order."""
+    and skips templates the runtime refuses whatever their split. `micro_batch`: climb from (and so among) the
+    solutions at that micro-batch only (`solve` climbs once per micro-batch: the tp and replicas a micro-batch needs
+    differ, and the best start at one micro-batch may be several moves from the best plan at another). Returns how
+    many templates it solved. Deterministic: candidates in (step, label) order, families in group and tp order."""
     n = 0
     groups = {g.name: g for g in cluster.groups}
-    visited = {_combo(t) for t, _v in tried if len(t.shapes) == 1}
+    # a tp combination whose family was solved at a micro-batch is not solved again at it
+    visited = {(_combo(t), _micro_batch(t, v)) for t, v in tried if len(t.shapes) == 1}
 
     def ranked_exact(entries: list) -> list[tuple[float, str]]:
         """(exact step, label) of the TP_CLIMB_POOL best spanning one-pipeline solutions the runtime runs, by
@@ -386,9 +394,11 @@ def _tp_climb(model, cluster, job, lim: Limits, variants: list[StrategySpec], so
         stage costs are memoised in `cache`, which the search's own exact estimates read back."""
         out = []
         for _t_lin, lab, sol in sorted(entries, key=lambda x: (x[0], x[1])):
-            t, _v = solved_tv[lab]
+            t, v = solved_tv[lab]
             if len(out) == TP_CLIMB_POOL:
                 break
+            if micro_batch is not None and _micro_batch(t, v) != micro_batch:
+                continue
             if len(t.shapes) == 1 and len({g for g, _tp, _n in t.shapes[0][1]}) > 1 and \
                     _refusal(cluster, model, sol[0]) is None:
                 e = _exact(model, cluster, job, sol[0], memory_frac, cache)
@@ -424,11 +434,12 @@ def _tp_climb(model, cluster, job, lim: Limits, variants: list[StrategySpec], so
         # every group's tp doubled or halved together: the model-parallel width of the whole pipeline
         moves += [c for c in ({k: x * 2 for k, x in combo.items()}, {k: x // 2 for k, x in combo.items()})
                   if all(c[k] in opts[k] for k in c)]
+        b0 = _micro_batch(*starts[0])
         for move in moves:
             c2 = tuple(sorted(move.items()))
-            if c2 in visited:
+            if (c2, b0) in visited:
                 continue
-            visited.add(c2)
+            visited.add((c2, b0))
             fam = spanning_templates(model, job, sub, {k: [x] for k, x in c2}, variants[0], lim, memory_frac)
             cand += [(t2, v) for t2 in fam if t2.shapes[0][2] == kn0 for v in variants]
         frontier: list[tuple[Template, StrategySpec]] = []
@@ -452,6 +463,80 @@ def _tp_climb(model, cluster, job, lim: Limits, variants: list[StrategySpec], so
         pool = sorted(pool + ranked_exact(new))[:TP_CLIMB_POOL]
         if pool[0][0] >= best:
             break
+    return n
+
+
+def _spanning_bests(model, cluster, solved: list, solved_tv: dict, memory_frac: float, cache: dict, job) -> dict:
+    """micro-batch -> (exact step, label) of its best pipeline across groups the runtime runs, among the
+    TP_CLIMB_POOL best solutions of each micro-batch by linear time (as `_tp_climb` ranks its starts)."""
+    seen: dict[int, int] = {}
+    out: dict[int, tuple[float, str]] = {}
+    for _t_lin, lab, sol in sorted(solved, key=lambda x: (x[0], x[1])):
+        t, v = solved_tv[lab]
+        if len(t.shapes) != 1 or len({g for g, _tp, _n in t.shapes[0][1]}) < 2:
+            continue
+        b = _micro_batch(t, v)
+        if seen.get(b, 0) >= TP_CLIMB_POOL or _refusal(cluster, model, sol[0]) is not None:
+            continue
+        seen[b] = seen.get(b, 0) + 1
+        e = _exact(model, cluster, job, sol[0], memory_frac, cache)
+        if e is not None and (b not in out or (e.step_time_s, lab) < out[b]):
+            out[b] = (e.step_time_s, lab)
+    return out
+
+
+def _climb(model, cluster, job, lim: Limits, variants: list[StrategySpec], solved: list, solved_tv: dict,
+           tried: set, memory_frac: float, per: float, cache: dict, refusal_memo: dict, deadline: float,
+           parallel: bool, sp: bool | None = None) -> int:
+    """The climb over tp and replicas (`_tp_climb`) once per micro-batch of the pipelines across groups solved,
+    smallest first; then the tp combination of the best of them at every other micro-batch of the spanning
+    templates (SPANNING_MICRO_BATCHES, unless pinned), and a climb again at each micro-batch where that found a
+    better start. Why: a group's preferred tps come from its plans alone, so a micro-batch whose pipelines need
+    wider tps than the templates' may have no start that fits, or one several moves from its best plan; the best
+    tp combination at one micro-batch is the nearest start at another (pin audit, docs/VALIDATION.md: mixtral-8x7b
+    on a100-sxm4-80g:8x8+ascend-910b:4x8, batch 512: 8.2 % faster at micro-batch 2 and tp 8 on both groups).
+    Returns how many templates it solved."""
+    n = 0
+
+    def climb_at(b: int) -> None:
+        nonlocal n
+        n += _tp_climb(model, cluster, job, lim, variants, solved, solved_tv, tried, memory_frac, per, cache,
+                       refusal_memo, deadline, parallel, sp, micro_batch=b)
+
+    for b in sorted(_spanning_bests(model, cluster, solved, solved_tv, memory_frac, cache, job)):
+        climb_at(b)
+    before = _spanning_bests(model, cluster, solved, solved_tv, memory_frac, cache, job)
+    if not before or lim.micro_batch is not None or time.perf_counter() > deadline:
+        return n
+    best_b = min(before, key=lambda b: before[b])
+    t0, _v0 = solved_tv[before[best_b][1]]
+    combo = _combo(t0)
+    groups = {g.name: g for g in cluster.groups}
+    sub = [groups[name] for name, _tp in combo]
+    fam = spanning_templates(model, job, sub, {name: [tp] for name, tp in combo}, variants[0], lim, memory_frac)
+    frontier = []
+    for t2 in fam:
+        if _micro_batch(t2, variants[0]) == best_b:
+            continue
+        for v in variants:
+            if (t2, v) not in tried:
+                tried.add((t2, v))
+                if _template_refusal(model, cluster, t2, v, refusal_memo, sp) is None:
+                    frontier.append((t2, v))
+    if not frontier:
+        return n
+    sols = _solve_all(model, cluster, job, frontier, memory_frac, per, cache, sp) if parallel else \
+        {tv: _solve_template(model, cluster, job, tv[0], tv[1], memory_frac, per, cache, sp) for tv in frontier}
+    n += len(frontier)
+    for t2, v in frontier:
+        sol = sols[(t2, v)]
+        if sol is not None:
+            solved.append((sol[3], f"{t2.label()} recompute {v.recompute}", sol))
+            solved_tv[solved[-1][1]] = (t2, v)
+    after = _spanning_bests(model, cluster, solved, solved_tv, memory_frac, cache, job)
+    for b in sorted(after):
+        if b != best_b and (b not in before or after[b] < before[b]):
+            climb_at(b)
     return n
 
 
@@ -817,8 +902,8 @@ def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySp
             solved.append((sol[3], f"{t.label()} recompute {v.recompute}", sol))
             solved_tv[solved[-1][1]] = (t, v)
     if not stopped:
-        climbed = _tp_climb(model, cluster, job, lim, variants, solved, solved_tv, set(pending), memory_frac, per,
-                            cache, refusal_memo, deadline, parallel=time_limit_s is None, sp=sp)
+        climbed = _climb(model, cluster, job, lim, variants, solved, solved_tv, set(pending), memory_frac, per, cache,
+                         refusal_memo, deadline, parallel=time_limit_s is None, sp=sp)
         n_temps += climbed
         solves += climbed
     # exact estimates, most promising first; a solution whose linear pipeline time (a lower bound of its
