@@ -4,6 +4,8 @@ h100 + h200 4.4 % faster; such a group ranked its spanning tp from tp 1 up, so t
 replica counts tried with a tp were fixed before the solve). The references are the search's own pinned runs, each
 a plan the unpinned search may also pick: the property is an exhaustive oracle over the pin, not a stored number."""
 
+from dataclasses import replace
+
 import pytest
 
 from baige_plan.io.catalog import Catalog
@@ -138,3 +140,37 @@ def test_no_micro_batch_pin_beats_the_unpinned_search(cluster):
     free = _step_mb(model, cl, job)
     pinned = {b: _step_mb(model, cl, job, b) for b in (1, 2, 4)}
     assert free <= min(v for v in pinned.values() if v is not None) * (1 + 1e-9), (free, pinned)
+
+
+def test_selective_is_none_only_with_fused_attention():
+    """Megatron-family selective recomputation re-runs the attention core: with flash attention that is the same
+    plan as no recomputation (equal time and memory), with standard attention it is not (the scores are kept or
+    recomputed, Korthikanti 2022 Sec. 5)."""
+    from baige_plan.search.hetero_templates import selective_is_none
+
+    cat = Catalog.create()
+    cl, _ = cat.cluster("a100-sxm4-80g:1x8+h100-sxm5-80g:1x8")
+    model = cat.model("llama3-8b")
+    job = JobSpec(global_batch=64, seq_len=4096)
+    base = StrategySpec(micro_batch=1, zero=1, recompute="selective", sequence_parallel=True, attention="flash",
+                        **runtimes.knobs("flagscale"))
+    assert selective_is_none(model, list(cl.groups), job, base, Limits())
+    assert not selective_is_none(model, list(cl.groups), job, replace(base, attention="standard"), Limits())
+
+
+@pytest.mark.slow
+def test_a_recompute_none_pin_does_not_beat_the_unpinned_search_with_standard_attention():
+    """`make invariants` (seed 0, case 54): mixtral-8x7b on a100-sxm4-80g:4x8+h100-sxm5-80g:4x8, batch 1024, seq 4096,
+    standard attention: `--recompute none` found 19.16 s against 19.80 s unpinned (2 replicas, no recomputation),
+    because the unpinned search solved its pipelines across groups with selective and full recomputation only. With
+    standard attention selective recomputation re-runs the materialised attention core, so none is another plan."""
+    cat = Catalog.create()
+    cl, _ = cat.cluster("a100-sxm4-80g:4x8+h100-sxm5-80g:4x8")
+    model = cat.model("mixtral-8x7b")
+    job = JobSpec(global_batch=1024, seq_len=4096)
+    base = StrategySpec(micro_batch=1, zero=1, recompute="selective", sequence_parallel=True, attention="standard",
+                        **runtimes.knobs("flagscale"))
+    free = solve(model, cl, job, base, lim=Limits(attention="standard")).estimate.step_time_s
+    pinned = solve(model, cl, job, replace(base, recompute="none"), lim=Limits(recompute="none", attention="standard"),
+                   recompute_pinned=True).estimate.step_time_s
+    assert free <= pinned * (1 + 1e-9), (free, pinned)

@@ -162,6 +162,35 @@ def even_split(layers: int, pp: int) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
+def selective_is_none(model: ModelSpec, groups: list[GroupSpec], job: JobSpec, base: StrategySpec, lim: Limits
+                      ) -> bool:
+    """Whether `recompute selective` costs exactly what `none` does (time and memory) on every group: a middle
+    stage of a two-stage pipeline at each group's tp options, costed both ways. True for Megatron-family runtimes
+    with fused attention (the checkpointed core is flash attention, whose backward recomputes its scores anyway:
+    nothing more runs and nothing less is kept); false with standard attention (the scores are kept or recomputed),
+    torchtitan's op-level SAC, a fused kernel the runtime checkpoints on that chip (RuntimeSpec.
+    selective_attention_recompute) or measured profiles. The heterogeneous search then solves `none` only where it
+    is not the same plan as `selective` under another name."""
+    for g in groups:
+        cl = ClusterSpec(name=g.name, groups=(g,))
+        for tp in tp_options(model, g, lim):
+            got = []
+            for rc in ("none", "selective"):
+                p = PipelinesSpec((PipelineShape(1, 1, tuple(StageSpec(g.name, rng, tp)
+                                                             for rng in even_split(model.layers, 2))),),
+                                  micro_batch=base.micro_batch, zero=base.zero, runtime=base.runtime, recompute=rc,
+                                  sequence_parallel=lim.plan_sequence_parallel, attention=base.attention)
+                try:
+                    c = shape_stage_cost(model, cl, job, p, p.shapes[0], 1, stage_neighbourhood(p, p.shapes[0], 1),
+                                         None)[1]
+                except SpecError:
+                    return False
+                got.append((c.time_s, c.memory_gib))
+            if got[0] != got[1]:
+                return False
+    return True
+
+
 def exact(model, cluster, job, p: PipelinesSpec, memory_frac: float, cache: dict | None = None) -> Estimate | None:
     """The exact estimate of p when it fits, else None. `cache` (one search's: one model, cluster and job) keeps it
     by plan, so the climb, the search's exact pass and the polish estimate a plan once."""
