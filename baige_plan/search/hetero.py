@@ -75,8 +75,8 @@ from baige_plan.search.hetero_templates import (
     exact,
     knobs_of,
     missing_figure,
+    recompute_variants,
     runs_on,
-    selective_is_none,
     search_group,
     spanning_templates,
     standalone_best,
@@ -848,12 +848,7 @@ def solve(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySp
     if lim is None:
         lim = Limits(recompute=base.recompute if recompute_pinned else None)
     sp = lim.plan_sequence_parallel
-    # recompute none only where it is another plan than selective (selective_is_none: with fused attention on
-    # Megatron-family runtimes they are the same plan, named twice)
-    variants = [base] if (recompute_pinned or lim.recompute) else \
-        [replace(base, recompute=rc) for rc in ("none", "selective", "full")
-         if rc != "none" or not selective_is_none(model, [g for g in cluster.groups if runs_on(g, job)], job, base,
-                                                   lim)]
+    variants = recompute_variants(model, cluster, job, base, lim, pinned=bool(recompute_pinned or lim.recompute))
     tell("searching each chip group alone", 0, len(cluster.groups))
     searched, known = _group_work(model, cluster, job, base.runtime, variants, memory_frac, per_group_top,
                                   time_limit_s, lim)

@@ -4,11 +4,11 @@ with the exact model. Exponential: for tests only (<= 32 devices, a handful of l
 
 from __future__ import annotations
 
-from dataclasses import replace
 from itertools import combinations, product
 
 from baige_plan.cost.estimate import Estimate
 from baige_plan.search.hetero import _exact, _templates
+from baige_plan.search.hetero_templates import Limits, recompute_variants
 from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
 from baige_plan.specs.pipeline import PipelineShape, PipelinesSpec, StageSpec
@@ -40,7 +40,7 @@ def oracle(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategyS
            per_group_top: int = 2, recompute_pinned: bool = False, sp: bool = True
            ) -> tuple[float, PipelinesSpec | None, Estimate | None]:
     """`sp`: the plan-wide sequence parallelism, on as hetero.solve runs it unless --no-sequence-parallel."""
-    variants = [base] if recompute_pinned else [replace(base, recompute=rc) for rc in ("selective", "full")]
+    variants = recompute_variants(model, cluster, job, base, Limits(attention=base.attention), recompute_pinned)
     best: tuple[float, PipelinesSpec | None, Estimate | None] = (float("inf"), None, None)
     for v in variants:
         temps, _ = _templates(model, cluster, job, v, memory_frac, per_group_top)

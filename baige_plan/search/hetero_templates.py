@@ -21,7 +21,7 @@ strategy).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import combinations, permutations, product
 
 from baige_plan.cost.compute import ChipRates
@@ -189,6 +189,17 @@ def selective_is_none(model: ModelSpec, groups: list[GroupSpec], job: JobSpec, b
             if got[0] != got[1]:
                 return False
     return True
+
+
+def recompute_variants(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, base: StrategySpec, lim: Limits,
+                       pinned: bool) -> list[StrategySpec]:
+    """The plan-wide recomputation settings a heterogeneous search solves its templates at: base's alone when
+    pinned, else selective and full, and none first where it is another plan than selective (selective_is_none)."""
+    if pinned:
+        return [base]
+    groups = [g for g in cluster.groups if runs_on(g, job)]
+    return [replace(base, recompute=rc) for rc in ("none", "selective", "full")
+            if rc != "none" or not selective_is_none(model, groups, job, base, lim)]
 
 
 def exact(model, cluster, job, p: PipelinesSpec, memory_frac: float, cache: dict | None = None) -> Estimate | None:
