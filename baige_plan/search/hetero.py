@@ -489,15 +489,14 @@ def _spanning_bests(model, cluster, solved: list, solved_tv: dict, memory_frac: 
 def _climb(model, cluster, job, lim: Limits, variants: list[StrategySpec], solved: list, solved_tv: dict,
            tried: set, memory_frac: float, per: float, cache: dict, refusal_memo: dict, deadline: float,
            parallel: bool, sp: bool | None = None) -> int:
-    """The climb over tp and replicas (`_tp_climb`) from the micro-batch of the best pipeline across groups, and from
-    each other micro-batch whose best start is another tp combination (one with the same combination is left to the
-    next step); then the templates of the best tp combination found at every other micro-batch of the spanning
+    """The climb over tp and replicas (`_tp_climb`) once per micro-batch of the pipelines across groups solved,
+    smallest first; then the tp combination of the best of them at every other micro-batch of the spanning
     templates (SPANNING_MICRO_BATCHES, unless pinned), and a climb again at each micro-batch where that found a
     better start. Why: a group's preferred tps come from its plans alone, so a micro-batch whose pipelines need
-    wider tps than the templates' may have no start that fits, or one several moves from its best plan (pin audit,
-    docs/VALIDATION.md, mixtral-8x7b, batch 512: on a100-sxm4-80g:8x8+ascend-910b:4x8 nothing fitted at micro-batch 2,
-    whose best plan is 8.2 % faster, tp 8 on both groups; on mi300x:4x8+h100-sxm5-80g:2x8 the best plan, at
-    micro-batch 4, is 24 % faster than that micro-batch's best start). Returns how many templates it solved."""
+    wider tps than the templates' may have no start that fits, or one several moves from its best plan; the best
+    tp combination at one micro-batch is the nearest start at another (pin audit, docs/VALIDATION.md: mixtral-8x7b
+    on a100-sxm4-80g:8x8+ascend-910b:4x8, batch 512: 8.2 % faster at micro-batch 2 and tp 8 on both groups).
+    Returns how many templates it solved."""
     n = 0
 
     def climb_at(b: int) -> None:
@@ -505,14 +504,8 @@ def _climb(model, cluster, job, lim: Limits, variants: list[StrategySpec], solve
         n += _tp_climb(model, cluster, job, lim, variants, solved, solved_tv, tried, memory_frac, per, cache,
                        refusal_memo, deadline, parallel, sp, micro_batch=b)
 
-    first = _spanning_bests(model, cluster, solved, solved_tv, memory_frac, cache, job)
-    if first:
-        b0 = min(first, key=lambda b: first[b])
-        climb_at(b0)
-        combo0 = _combo(solved_tv[first[b0][1]][0])
-        for b in sorted(first):
-            if b != b0 and _combo(solved_tv[first[b][1]][0]) != combo0:
-                climb_at(b)
+    for b in sorted(_spanning_bests(model, cluster, solved, solved_tv, memory_frac, cache, job)):
+        climb_at(b)
     before = _spanning_bests(model, cluster, solved, solved_tv, memory_frac, cache, job)
     if not before or lim.micro_batch is not None or time.perf_counter() > deadline:
         return n
