@@ -363,6 +363,37 @@ def _micro_batch(t: Template, v: StrategySpec) -> int:
     return t.shapes[0][2].micro_batch or v.micro_batch
 
 
+def _spans(t: Template) -> bool:
+    """Whether t is one pipeline across two or more groups (what the climb starts from and moves)."""
+    return len(t.shapes) == 1 and len({g for g, _tp, _n in t.shapes[0][1]}) > 1
+
+
+def _solve_new(model, cluster, job, todo: list[tuple[Template, StrategySpec]], tried: set, refusal_memo: dict,
+               memory_frac: float, per: float, cache: dict, sp: bool | None, parallel: bool, solved: list,
+               solved_tv: dict) -> tuple[int, list]:
+    """Solve the templates of `todo` not in `tried` (adding them) that the runtime may run whatever their split,
+    over the usable cores when `parallel`; append their solutions to `solved` (and `solved_tv`), in `todo`'s order.
+    Returns (how many templates were solved, the new `solved` entries)."""
+    frontier: list[tuple[Template, StrategySpec]] = []
+    for tv in todo:
+        if tv not in tried:
+            tried.add(tv)
+            if _template_refusal(model, cluster, tv[0], tv[1], refusal_memo, sp) is None:
+                frontier.append(tv)
+    if not frontier:
+        return 0, []
+    sols = _solve_all(model, cluster, job, frontier, memory_frac, per, cache, sp) if parallel else \
+        {tv: _solve_template(model, cluster, job, tv[0], tv[1], memory_frac, per, cache, sp) for tv in frontier}
+    new = []
+    for t2, v in frontier:
+        sol = sols[(t2, v)]
+        if sol is not None:
+            new.append((sol[3], f"{t2.label()} recompute {v.recompute}", sol))
+            solved_tv[new[-1][1]] = (t2, v)
+    solved += new
+    return len(frontier), new
+
+
 def _combo(t: Template) -> tuple[tuple[str, int], ...]:
     """The (group, tp) pairs of a one-shape template."""
     return tuple(sorted({(g, tp) for g, tp, _n in t.shapes[0][1]}))
@@ -400,8 +431,7 @@ def _tp_climb(model, cluster, job, lim: Limits, variants: list[StrategySpec], so
                 break
             if micro_batch is not None and _micro_batch(t, v) != micro_batch:
                 continue
-            if len(t.shapes) == 1 and len({g for g, _tp, _n in t.shapes[0][1]}) > 1 and \
-                    _refusal(cluster, model, sol[0]) is None:
+            if _spans(t) and _refusal(cluster, model, sol[0]) is None:
                 e = _exact(model, cluster, job, sol[0], memory_frac, cache)
                 if e is not None:
                     out.append((e.step_time_s, lab))
@@ -425,8 +455,7 @@ def _tp_climb(model, cluster, job, lim: Limits, variants: list[StrategySpec], so
         starts = [solved_tv[lab] for _e, lab in pool[:TP_CLIMB_TOP]]
         cand: list[tuple[Template, StrategySpec]] = []
         for t, v in starts:
-            b = t.shapes[0][2].micro_batch or v.micro_batch
-            cand += [(t2, v) for t2 in climb_neighbours(model, cluster, job, t, b, lim, memory_frac)]
+            cand += [(t2, v) for t2 in climb_neighbours(model, cluster, job, t, _micro_batch(t, v), lim, memory_frac)]
         kn0 = starts[0][0].shapes[0][2]
         combo = dict(_combo(starts[0][0]))
         sub = [g for g in cluster.groups if g.name in combo]
@@ -443,24 +472,11 @@ def _tp_climb(model, cluster, job, lim: Limits, variants: list[StrategySpec], so
             visited.add((c2, b0))
             fam = spanning_templates(model, job, sub, {k: [x] for k, x in c2}, variants[0], lim, memory_frac)
             cand += [(t2, v) for t2 in fam if t2.shapes[0][2] == kn0 for v in variants]
-        frontier: list[tuple[Template, StrategySpec]] = []
-        for t2, v in cand:
-            if (t2, v) not in tried:
-                tried.add((t2, v))
-                if _template_refusal(model, cluster, t2, v, refusal_memo, sp) is None:
-                    frontier.append((t2, v))
-        if not frontier:
+        k, new = _solve_new(model, cluster, job, cand, tried, refusal_memo, memory_frac, per, cache, sp, parallel,
+                            solved, solved_tv)
+        if not k:
             break
-        sols = _solve_all(model, cluster, job, frontier, memory_frac, per, cache, sp) if parallel else \
-            {tv: _solve_template(model, cluster, job, tv[0], tv[1], memory_frac, per, cache, sp) for tv in frontier}
-        n += len(frontier)
-        new = []
-        for t2, v in frontier:
-            sol = sols[(t2, v)]
-            if sol is not None:
-                new.append((sol[3], f"{t2.label()} recompute {v.recompute}", sol))
-                solved_tv[new[-1][1]] = (t2, v)
-        solved += new
+        n += k
         pool = sorted(pool + ranked_exact(new))[:TP_CLIMB_POOL]
         if pool[0][0] >= best:
             break
@@ -474,7 +490,7 @@ def _spanning_bests(model, cluster, solved: list, solved_tv: dict, memory_frac: 
     out: dict[int, tuple[float, str]] = {}
     for _t_lin, lab, sol in sorted(solved, key=lambda x: (x[0], x[1])):
         t, v = solved_tv[lab]
-        if len(t.shapes) != 1 or len({g for g, _tp, _n in t.shapes[0][1]}) < 2:
+        if not _spans(t):
             continue
         b = _micro_batch(t, v)
         if seen.get(b, 0) >= TP_CLIMB_POOL or _refusal(cluster, model, sol[0]) is not None:
@@ -515,25 +531,12 @@ def _climb(model, cluster, job, lim: Limits, variants: list[StrategySpec], solve
     groups = {g.name: g for g in cluster.groups}
     sub = [groups[name] for name, _tp in combo]
     fam = spanning_templates(model, job, sub, {name: [tp] for name, tp in combo}, variants[0], lim, memory_frac)
-    frontier = []
-    for t2 in fam:
-        if _micro_batch(t2, variants[0]) == best_b:
-            continue
-        for v in variants:
-            if (t2, v) not in tried:
-                tried.add((t2, v))
-                if _template_refusal(model, cluster, t2, v, refusal_memo, sp) is None:
-                    frontier.append((t2, v))
-    if not frontier:
+    k, _new = _solve_new(model, cluster, job, [(t2, v) for t2 in fam if _micro_batch(t2, variants[0]) != best_b
+                                               for v in variants],
+                         tried, refusal_memo, memory_frac, per, cache, sp, parallel, solved, solved_tv)
+    if not k:
         return n
-    sols = _solve_all(model, cluster, job, frontier, memory_frac, per, cache, sp) if parallel else \
-        {tv: _solve_template(model, cluster, job, tv[0], tv[1], memory_frac, per, cache, sp) for tv in frontier}
-    n += len(frontier)
-    for t2, v in frontier:
-        sol = sols[(t2, v)]
-        if sol is not None:
-            solved.append((sol[3], f"{t2.label()} recompute {v.recompute}", sol))
-            solved_tv[solved[-1][1]] = (t2, v)
+    n += k
     after = _spanning_bests(model, cluster, solved, solved_tv, memory_frac, cache, job)
     for b in sorted(after):
         if b != best_b and (b not in before or after[b] < before[b]):
