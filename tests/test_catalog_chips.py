@@ -124,7 +124,11 @@ def test_reference_id_exists(path: Path, reference: dict) -> None:
 VENDOR_FIGURES = {
     "tpu-v6e": {"bf16": 918, "hbm": 1638, "cap": 32, "dpn": 8},            # docs.cloud.google.com/tpu/docs/v6e
     "trainium2": {"bf16": 667, "fp16": 667, "fp8": 1299, "fp32": 181, "hbm": 2900},   # AWS Neuron trainium2.rst
-    "b300": {"bf16": 2250, "fp8": 4500, "tf32": 1125, "fp32": 75, "hbm": 8000, "cap": 288},   # GKW B300 page
+    # GKW B300 page; NVIDIA's Blackwell Ultra datasheet, HGX B300 column: 270 GB at 7.7 TB/s, FP4 108 PFLOPS dense / 8
+    "b300": {"bf16": 2250, "fp8": 4500, "tf32": 1125, "fp32": 75, "hbm": 7700, "cap": 270, "fp4": 13500},
+    # the same datasheet, GB300 NVL72 per GPU (Tensor Core rows with sparsity, halved; FP4 printed dense)
+    "gb300": {"bf16": 2500, "fp16": 2500, "fp8": 5000, "tf32": 1250, "fp32": 80, "fp4": 15000, "hbm": 8000, "cap": 279,
+              "dpn": 4},
     "mi355x": {"hbm": 8000, "cap": 288},                                   # The Register 2025-06-12
 }
 
@@ -134,7 +138,7 @@ def test_new_chips_carry_the_vendor_figures(chip_id: str) -> None:
     path = CHIPS_DIR / f"{chip_id}.yaml"
     chip, raw = load_chip_file(path), _raw(path)
     got = {"hbm": chip.hbm_GBps, "cap": raw["memory"]["capacity_GB"]["value"], "dpn": chip.devices_per_node,
-           **{k: chip.peak_tflops.get(k) for k in ("bf16", "fp16", "fp8", "tf32", "fp32")}}
+           **{k: chip.peak_tflops.get(k) for k in ("bf16", "fp16", "fp8", "tf32", "fp32", "fp4")}}
     for k, v in VENDOR_FIGURES[chip_id].items():
         assert _close(got[k], v), f"{chip_id}.{k}: {got[k]} != {v}"
 
@@ -146,8 +150,10 @@ def test_every_listed_chip_is_plannable_or_says_why_not() -> None:
     rows = {r["id"]: r["plannable"] for r in chip_rows(Catalog.create([]))}
     assert rows["h100-sxm5-80g"].startswith("yes: bf16")
     assert rows["kunlun-p800"].startswith("no: ") and "unknown" in rows["kunlun-p800"]
-    for cid in ("b300", "tpu-v6e", "trainium2"):        # no GEMM measurement anywhere public in the catalog
+    for cid in ("tpu-v6e", "trainium2"):        # no GEMM measurement anywhere public in the catalog
         assert rows[cid] == "no: measured.gemm_efficiency.bf16 unknown", (cid, rows[cid])
+    # B300: MAMF bf16 / fp8 (ml-engineering), no fp32 curve, no NIC figure for HGX B300
+    assert rows["b300"] == "yes: bf16 fp16 fp8 fp4; one node only: nic_Gbps unknown"
     assert rows["mi355x"].startswith("no: peak_tflops.bf16")
     assert all(v.startswith(("yes: ", "no: ")) for v in rows.values())
 

@@ -323,13 +323,18 @@ def test_recompute(rec, flags):
     ("bf16", ["--bf16"], ["--fp16", "--fp8-format"]),
     ("fp16", ["--fp16"], ["--bf16", "--fp8-format"]),
     ("fp8", ["--bf16", "--fp8-format"], ["--fp16"]),
-    ("fp32", [], ["--bf16", "--fp16", "--fp8-format"]),
+    ("fp32", [], ["--bf16", "--fp16", "--fp8-format", "--fp4-format"]),
+    # NVFP4: bf16 plus Megatron-core's --fp4-format e2m1 --fp4-recipe nvfp4 (transformer_config.py core_v0.19.0);
+    # arguments.py refuses --fp4-format together with --fp8-format
+    ("fp4", ["--bf16", "--fp4-format", "--fp4-recipe"], ["--fp16", "--fp8-format", "--fp8-param-gather"]),
 ])
 def test_precision(prec, present, absent):
     a = args_of(plan_doc(LLAMA3_70B, tp=8, dp=2, m=4, precision=prec, nodes=2))
     assert all(f in a for f in present) and not any(f in a for f in absent)
     if prec == "fp8":
         assert a["--fp8-format"] == "hybrid"
+    if prec == "fp4":
+        assert (a["--fp4-format"], a["--fp4-recipe"]) == ("e2m1", "nvfp4")
 
 
 def test_sequence_parallel_only_with_tp():

@@ -87,7 +87,7 @@ def test_fp32_activations_are_4_bytes():
 
 
 def test_precision_choices():
-    assert {p.value for p in Precision} == {"bf16", "fp16", "fp8", "fp32", "tf32"}
+    assert {p.value for p in Precision} == {"bf16", "fp16", "fp8", "fp32", "tf32", "fp4"}
     assert JobSpec(8, 2048, "tf32").precision == "tf32"
     for name in ("megatron", "deepspeed", "torchtitan", "paddle", "flagscale", "pytorch"):
         assert "fp32" in runtimes.get(name).precisions, name

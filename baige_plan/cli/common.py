@@ -22,8 +22,8 @@ CatalogOpt = typer.Option(None, "--catalog", metavar="DIR", help="Extra catalog 
 
 
 # help texts of options several commands share (one wording everywhere)
-PRECISION_HELP = ("Training precision: bf16, fp16, fp8, fp32 (IEEE fp32 on CUDA cores) or tf32 (fp32 storage, TF32 "
-                  "matrix math).")
+PRECISION_HELP = ("Training precision: bf16, fp16, fp8, fp4 (NVFP4 GEMMs through Transformer Engine, Blackwell), fp32 "
+                  "(IEEE fp32 on CUDA cores) or tf32 (fp32 storage, TF32 matrix math).")
 FORMAT_HELP = "Output: table (for people), json or yaml (one document on stdout)."
 ATTENTION_HELP = "flash (fused kernels) or standard (materialised scores, 2021-era)."
 RECOMPUTE_HELP = "Activation recomputation: none, selective (attention core) or full (every layer)."
@@ -45,6 +45,7 @@ class Precision(str, Enum):
     bf16 = "bf16"
     fp16 = "fp16"
     fp8 = "fp8"
+    fp4 = "fp4"        # NVFP4 GEMMs (Transformer Engine NVFP4BlockScaling), bf16 elsewhere
     fp32 = "fp32"      # IEEE fp32 on CUDA cores (PyTorch default, allow_tf32=False)
     tf32 = "tf32"      # fp32 storage, TF32 tensor-core matmuls (torch.backends.cuda.matmul.allow_tf32=True)
 

@@ -6,6 +6,7 @@ class whose mechanism it uses; `primary_class` picks the one whose errors domina
 (the mechanisms the model is least sure of first):
 
   moe    mixture-of-experts layers (grouped GEMMs, routing, token dispatch, load imbalance)
+  fp4    NVFP4 GEMMs (their efficiency is an estimate from the fp8 curve; quantisation traffic, fp4 weight caches)
   cp     context parallelism (ring-attention exchange)
   fsdp   ZeRO-3 / FSDP parameter gathers (per micro-batch or per step)
   fp8    fp8 GEMMs (quantisation traffic, fp8 weight caches)
@@ -19,12 +20,12 @@ from baige_plan.specs.job import JobSpec
 from baige_plan.specs.model import ModelSpec
 from baige_plan.specs.strategy import StrategySpec
 
-CLASSES = ("moe", "cp", "fsdp", "fp8", "eager", "dense")
+CLASSES = ("moe", "fp4", "cp", "fsdp", "fp8", "eager", "dense")
 
 
 def mechanism_classes(model: ModelSpec, job: JobSpec, s: StrategySpec) -> tuple[str, ...]:
     """Every class the estimate uses, in CLASSES order; "dense" only when no other applies."""
-    used = {"moe": model.moe is not None, "cp": s.cp > 1, "fsdp": s.zero >= 3,
+    used = {"moe": model.moe is not None, "fp4": job.precision == "fp4", "cp": s.cp > 1, "fsdp": s.zero >= 3,
             "fp8": job.precision == "fp8", "eager": s.execution == "eager"}
     out = tuple(c for c in CLASSES[:-1] if used[c])
     return out or ("dense",)

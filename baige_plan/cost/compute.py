@@ -47,7 +47,8 @@ from baige_plan.specs.model import ModelSpec
 FLASH_FRACTION = 0.80
 FLASH_BWD_FRACTION = 0.70
 DEFAULT_HBM_EFF = 0.85      # only when the chip file has no measured value (NOTES: 85-90%)
-DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+# bytes per GEMM input element; fp4: NVFP4 E2M1 data + one E4M3 scale per 16 elements
+DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "fp4": 0.5 + 1 / 16}
 # PyTorch SDPA memory-efficient attention (the fused kernel that runs fp32) vs the fp32 GEMM rate of
 # the same sweep at the launch's FLOPs; medians over H100 + H200, fp32 and tf32 mode, head dim 128
 # (forward 0.71-0.89, backward 0.44-0.58; benchmarks/real/gemm_fp32_tf32.py)
@@ -93,7 +94,7 @@ class ChipRates:
         gemm_dtype = precision    # fp32 -> fp32 (CUDA cores), tf32 -> tf32 (tensor cores)
         hbm = chip.need("hbm_GBps") * 1e9 * (chip.hbm_efficiency or DEFAULT_HBM_EFF)
         act = 4 if precision in FP32_PRECISIONS else 2
-        attn = "bf16" if precision == "fp8" else gemm_dtype
+        attn = "bf16" if precision in ("fp8", "fp4") else gemm_dtype   # TE quantises linears only
         fused, fused_peak = "", 0.0
         if precision in FP32_PRECISIONS:
             fused, fused_peak = "fp32", chip.peak("fp32") * 1e12
@@ -139,7 +140,7 @@ def gemm_time_s(g: Gemm, r: ChipRates, passes: float = 1.0, bwd: bool = False) -
         else:
             eff *= FLASH_BWD_FRACTION if bwd else FLASH_FRACTION
     t_compute = g.flops / (peak * eff)
-    in_bytes = DTYPE_BYTES.get(dtype, 2) if dtype != "fp8" else 1
+    in_bytes = DTYPE_BYTES.get(dtype, 2)
     if g.kind == "attention_flash":
         # a fused kernel keeps the s x s scores / probabilities on chip: QK^T reads Q and K, PV reads V and
         # writes O (Dao 2022, Sec. 3); only a materialised score matrix is HBM traffic (standard attention)

@@ -40,7 +40,7 @@ from baige_plan.cost.flops import (
     logits_gemm,
     megatron_model_flops,
 )
-from baige_plan.cost.fp8 import fp8_quantize_bytes, fp8_recipe, keep_16bit
+from baige_plan.cost.fp8 import QUANTIZED_COPY_BYTES, fp8_quantize_bytes, keep_16bit, quant_recipe
 from baige_plan.cost.memo import kept
 from baige_plan.cost.memory import (
     BF16_GRAD_BYTES,
@@ -379,10 +379,10 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
         # execution replaces m_f/m_b with its measured traffic below
         m_f += mt.dispatch_fwd_s
         m_b += mt.dispatch_bwd_s
-    if r.dtype == "fp8":
+    if r.dtype in QUANTIZED_COPY_BYTES:
         # Transformer Engine quantises every GEMM input in the forward and the output gradients in the backward,
-        # at the recipe's bytes per element (cost/fp8.py)
-        qb = fp8_quantize_bytes(fp8_recipe(s, r.chip))
+        # at the recipe's bytes per element (cost/fp8.py: fp8 recipes, NVFP4)
+        qb = fp8_quantize_bytes(quant_recipe(s, r.chip, r.dtype))
         q_f = sum(g.count * g.m * g.k for g in lin if g.kind != SIXTEEN_BIT_KIND) * qb
         q_b = sum(g.count * g.m * g.n for g in lin if g.kind != SIXTEEN_BIT_KIND) * qb
         m_f += q_f / r.hbm_Bps
@@ -574,7 +574,9 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
     moe_saved = "torchtitan_eager" if tt_routing else "dispatcher"
     act += layer_activation_bytes(model, seq, s.micro_batch, s.tp, s.cp, sp, s.recompute, std, moe, act_bytes,
                                   etp=s.etp, selective=runtimes.get(s.runtime).memory.selective,
-                                  fp8_gemm_inputs=r.dtype == "fp8" and runtimes.get(s.runtime).memory.fp8_gemm_inputs,
+                                  fp8_gemm_inputs=(r.dtype in QUANTIZED_COPY_BYTES
+                                                   and runtimes.get(s.runtime).memory.fp8_gemm_inputs),
+                                  quant_copy_bytes=QUANTIZED_COPY_BYTES.get(r.dtype, 1.0),
                                   modules=s.recompute_modules, distributed=s.distribute_saved_activations,
                                   moe_saved=moe_saved)
     mem = runtimes.get(s.runtime).memory
@@ -895,7 +897,7 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
         # Megatron-core MoE layers are issued eagerly from Python: the host time of their launches, and the
         # dropless dispatcher's per-layer host sync, can set the pace (cost/moe.py host_bound_moe_layer_s), each
         # layer kind (full or windowed attention) with its own device times
-        launches = moe_layer_launches(model, s, fp8_recipe(s, r.chip) if r.dtype == "fp8" else "")
+        launches = moe_layer_launches(model, s, quant_recipe(s, r.chip, r.dtype))
         factor, syncs, contention = host_factor(group.chip.id), moe_dispatch_syncs(s), host_contention(cpu_ranks)
         for lt_moe, count in moe_kinds:
             d_f, d_b = lt_moe["fwd"], lt_moe["bwd"]
@@ -1048,12 +1050,12 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
     pb = 4 if fp32 else mem.zero3_param_bytes      # a gathered parameter (FSDP2 param_dtype)
     fsdp = s.zero >= 3 or mem.fsdp_always
     fp8_b = 0.0   # TE's fp8 bytes per layer parameter that is gathered (cost/memory.py fp8_layer_weight_bytes)
-    if job.precision == "fp8":
-        # TE's cached fp8 weight + transpose over bf16 weights, or fp8 primary weights (--fp8-param-gather)
+    if job.precision in QUANTIZED_COPY_BYTES:
+        # TE's cached fp8 (NVFP4) weight + transpose over bf16 weights, or fp8 primary weights (--fp8-param-gather)
         # replacing the 16-bit copy; embedding and output layer stay bf16. Sharded (ZeRO-3 / FSDP) weights have
         # their fp8 copy only while gathered: the units in use below
-        primary = bool(getattr(s, "fp8_param_gather", False)) and s.zero < 3
-        fp8_b = fp8_layer_weight_bytes(mem, primary)
+        primary = bool(getattr(s, "fp8_param_gather", False)) and s.zero < 3 and job.precision == "fp8"
+        fp8_b = fp8_layer_weight_bytes(mem, primary, copy_bytes=QUANTIZED_COPY_BYTES[job.precision])
         if not fsdp or shard_grad_op or rt.zero3_gather(s.pp) == "step":
             weights += fp8_b * max(dense_p + expert_p - emb_p, 0.0)
     if shard_grad_op:

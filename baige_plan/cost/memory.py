@@ -54,7 +54,7 @@ def bf16_grad_reduce(s, precision: str) -> bool:
     """The strategy keeps bf16 main grads and reduces them in bf16 (Megatron --grad-reduce-in-bf16, which
     training/arguments.py applies to --bf16 runs: accumulate_allreduce_grads_in_fp32 = False); fp8 runs
     keep bf16 weights and grads, so it applies there too."""
-    return bool(getattr(s, "grad_reduce_bf16", False)) and precision in ("bf16", "fp8")
+    return bool(getattr(s, "grad_reduce_bf16", False)) and precision in ("bf16", "fp8", "fp4")
 
 
 def weight_bytes(precision: str) -> int:
@@ -176,16 +176,18 @@ def slack_bytes(mem, allocated_bytes, full_recompute: bool = False):
     return allocated_bytes * frac
 
 
-def fp8_layer_weight_bytes(mem, primary: bool, weight16_bytes: float = 2.0) -> float:
+def fp8_layer_weight_bytes(mem, primary: bool, weight16_bytes: float = 2.0, copy_bytes: float = 1.0) -> float:
     """Bytes per transformer-layer parameter that fp8 training through Transformer Engine adds to the
     16-bit weight (`weight16_bytes`) the model states already count:
       bf16 primary weights: the cached fp8 weight + transpose, `mem.fp8_weight_cache_bytes` (+2 in Megatron);
       fp8 primary weights (`primary`: --fp8-param-gather, when the runtime has them, mem.fp8_param_bytes > 0):
         the fp8 data + transpose replace the 16-bit weight: fp8_param_bytes - weight16_bytes (2 - 2 = 0).
-    Embedding and output layer stay 16-bit (TE linears only), so the caller passes layer parameters."""
+    Embedding and output layer stay 16-bit (TE linears only), so the caller passes layer parameters.
+    `copy_bytes`: bytes per element of one quantised copy (fp8 1; NVFP4 0.5625 with its block scales: the cache
+    of an fp4 job holds two such copies, 1.125 B per parameter)."""
     if primary and mem.fp8_param_bytes:
         return float(mem.fp8_param_bytes) - weight16_bytes
-    return float(mem.fp8_weight_cache_bytes)
+    return float(mem.fp8_weight_cache_bytes) * copy_bytes
 
 
 def model_state_bytes_per_param(zero: int, dp: int, weight_bytes: float = 2, grad_bytes: float = 4,
@@ -200,7 +202,8 @@ def model_state_bytes_per_param(zero: int, dp: int, weight_bytes: float = 2, gra
 def layer_activation_bytes(model: ModelSpec, seq_len: int, micro_batch: int, tp: int, cp: int, sp: bool,
                            recompute: str, standard_attention: bool, moe: bool = False, act_bytes: int = 2,
                            etp: int = 1, selective: str = "core_attention", fp8_gemm_inputs: bool = False,
-                           modules: str = "", distributed: bool = False, moe_saved: str = "dispatcher") -> float:
+                           modules: str = "", distributed: bool = False, moe_saved: str = "dispatcher",
+                           quant_copy_bytes: float = 1.0) -> float:
     """Stored activation bytes of one transformer layer for one micro-batch (Korthikanti, term by term).
 
     Terms (per token, 16-bit, `sh` = sharded over tp only with SP):
@@ -213,7 +216,8 @@ def layer_activation_bytes(model: ModelSpec, seq_len: int, micro_batch: int, tp:
     34 + 5as/h (SP) or 10 + 24/t + 5as/(ht) (no SP).
     `fp8_gemm_inputs`: Transformer Engine's fp8 linears save their fp8-cast input for the weight gradient
     (transformer_engine/pytorch/module/linear.py, layernorm_linear.py: saved_inputmat = the quantized
-    inputmat), 1 B instead of 2 for the QKV, projection, MLP and second-MLP inputs.
+    inputmat), 1 B instead of 2 for the QKV, projection, MLP and second-MLP inputs; `quant_copy_bytes` is that
+    copy's bytes per element (fp8 1; NVFP4 0.5 + 1/16 of block scales: cost/fp8.py QUANTIZED_COPY_BYTES).
     `moe_saved`: "dispatcher" (a fused permute/unpermute: the expert activations and the permuted copies above), or
     "torchtitan_eager": what torchtitan 0.2.2's eager MoE.forward (models/moe/moe.py, utils.py _permute) leaves for
     its backward per routed row of R = tokens/tp x top-k x etp: the padded permuted input that both first
@@ -266,10 +270,11 @@ def layer_activation_bytes(model: ModelSpec, seq_len: int, micro_batch: int, tp:
         if moe and model.moe is not None:
             mlp += 2 * h * model.moe.top_k / t * ab   # permuted token copies held for the combine
     if fp8_gemm_inputs:
-        mlp -= h / sh + model.o_dim / t + h / sh + f_tok   # 1 B of the 2 of each saved GEMM input
+        # the 2 B of each saved GEMM input become quant_copy_bytes
+        mlp -= (2.0 - quant_copy_bytes) * (h / sh + model.o_dim / t + h / sh + f_tok)
     if modules and recompute == "selective":
         # Megatron recompute_modules (StrategySpec.recompute_modules): what the backward rebuilds is not kept
-        gemm_in = 1.0 if fp8_gemm_inputs else 2 * ab        # a saved GEMM input, per element
+        gemm_in = quant_copy_bytes if fp8_gemm_inputs else 2 * ab        # a saved GEMM input, per element
         if "layernorm" in modules:      # the two norms' outputs, the QKV and first MLP GEMMs' inputs
             mlp -= 2 * h / sh * gemm_in
         if "moe_act" in modules and moe and model.moe is not None:

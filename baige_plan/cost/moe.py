@@ -45,7 +45,7 @@ from baige_plan.cost import collectives as C
 from baige_plan.cost.compute import ChipRates, gemm_time_s, moe_dispatch_bytes
 from baige_plan.cost.execution import GRACE_HOST_CHIPS, LAUNCH_HOST, LaunchHost
 from baige_plan.cost.flops import Gemm, expert_load_factor, tokens_per_expert
-from baige_plan.cost.fp8 import fp8_recipe
+from baige_plan.cost.fp8 import quant_recipe
 from baige_plan.specs.model import ModelSpec
 from baige_plan.specs.strategy import StrategySpec
 from baige_plan.specs.topology import GroupSpec
@@ -57,6 +57,9 @@ MOE_ROUTER = "balanced"       # exact balance (our harness's router); flops.expe
 RANDOM_FORCE_BALANCE_RUNTIMES = ("megatron", "flagscale")
 # Megatron-core TEGroupedMLP (experts.py, core_v0.15.0) pads each expert's rows for fp8 GEMMs
 TE_GROUPED_MLP_RUNTIMES = ("megatron", "flagscale")
+# NVFP4 grouped GEMMs pad each expert's rows to 128 (Megatron-core fp4_utils.get_fp4_align_size @ d98e8a6: TMA's
+# 16-byte rule gives 32, grouped quantise + Hadamard kernels want 64-128)
+FP4_ROW_ALIGN = 128
 FP8_ROW_ALIGN = 16           # Transformer Engine Fp8Padding align_size for per-tensor fp8 (MXFP8: 32; not told apart)
 # Runtimes whose experts run through torch._grouped_mm (torchtitan models/moe: _run_experts_grouped_mm)
 GROUPED_MM_RUNTIMES = ("torchtitan",)
@@ -137,18 +140,18 @@ def moe_load(model: ModelSpec, s: StrategySpec, tokens: float) -> float:
 
 
 def fp8_padding_bytes(model: ModelSpec, tokens: float, tp: int, ep: int, etp: int, act_bytes: int,
-                      router: str) -> float:
+                      router: str, align: int = 16) -> float:
     """HBM bytes of Transformer Engine's fp8 row padding around one MoE layer's grouped expert GEMMs on one
     device, per pass (forward: Fp8Padding of the R permuted input rows + Fp8Unpadding of the R output rows,
     each a read and a write of R x h; backward: the same two copies of the gradients): 4 R h b, where R =
     (tokens/tp) k etp rows reach the local experts. Zero when every expert's count is a multiple of
-    FP8_ROW_ALIGN (exact balance with m % 16 == 0): TE then returns the input as is; random counts
+    `align` (FP8_ROW_ALIGN; NVFP4: FP4_ROW_ALIGN) (exact balance with m % align == 0): TE then returns the input as is; random counts
     (router "random") are essentially never all aligned. The fp32 probabilities padded beside them
     (R x 4 B) are left out."""
     e = model.moe
     assert e is not None
     m = tokens_per_expert(model, tokens, tp, ep, etp)
-    if router == "balanced" and float(m).is_integer() and int(m) % FP8_ROW_ALIGN == 0:
+    if router == "balanced" and float(m).is_integer() and int(m) % align == 0:
         return 0.0
     rows = tokens / tp * e.top_k * etp
     return 4.0 * rows * model.hidden * act_bytes
@@ -302,11 +305,12 @@ def moe_layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, tokens: flo
     else:
         d_f, d_b = moe_dispatch_bytes(model, tokens, s.tp, s.ep, s.etp, r.act_bytes)
     quant_s = 0.0
-    if r.dtype == "fp8" and s.execution != "eager" and s.runtime in TE_GROUPED_MLP_RUNTIMES:
-        pad = fp8_padding_bytes(model, tokens, s.tp, s.ep, s.etp, r.act_bytes, moe_router(s.runtime)) * load
+    if r.dtype in ("fp8", "fp4") and s.execution != "eager" and s.runtime in TE_GROUPED_MLP_RUNTIMES:
+        align = FP4_ROW_ALIGN if r.dtype == "fp4" else FP8_ROW_ALIGN
+        pad = fp8_padding_bytes(model, tokens, s.tp, s.ep, s.etp, r.act_bytes, moe_router(s.runtime), align) * load
         d_f += pad
         d_b += pad
-        quant_s = fp8_quant_kernels(model, s, fp8_recipe(s, r.chip)) * QUANT_KERNEL_DEVICE_S
+        quant_s = fp8_quant_kernels(model, s, quant_recipe(s, r.chip, r.dtype)) * QUANT_KERNEL_DEVICE_S
     dispatcher = s.moe_dispatcher or MOE_DISPATCHER
     t_ep = moe_dispatch_comm_s(model, tokens, s.tp, s.ep, s.etp, r.act_bytes, ep_link, etp_link, dispatcher,
                                ep_split=ep_split) * load
@@ -335,7 +339,8 @@ def moe_layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, tokens: flo
 # fp8 quantisation kernels TE launches per expert per GEMM input (TE 2.9 cast.cpp multi_tensor_quantize_impl: one
 # fused multi-cast-transpose for all experts only under delayed scaling; Float8CurrentScalingQuantizer: amax, scale,
 # cast; MXFP8Quantizer: one block-scaled cast)
-FP8_QUANT_KERNELS = {"delayed": 0.0, "current": 3.0, "mxfp8": 1.0}
+# NVFP4Quantizer: amax, then one cast writing both copies (quantizer.cpp @ d0067d0; cost/fp8.py)
+FP8_QUANT_KERNELS = {"delayed": 0.0, "current": 3.0, "mxfp8": 1.0, "nvfp4": 2.0}
 CUDA_GRAPH_SCOPES = ("attn", "moe_router", "moe_preprocess", "full")
 
 

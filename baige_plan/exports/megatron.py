@@ -253,7 +253,7 @@ def megatron_args(doc: dict) -> tuple[list[tuple[str, object]], list[str], list[
 
     # precision
     prec = job.get("precision", "bf16")
-    if prec in ("bf16", "fp8"):
+    if prec in ("bf16", "fp8", "fp4"):
         a.append(("--bf16", None))
     elif prec == "fp16":
         a.append(("--fp16", None))
@@ -267,6 +267,10 @@ def megatron_args(doc: dict) -> tuple[list[tuple[str, object]], list[str], list[
             a += [("--fp8-amax-history-len", 1024), ("--fp8-amax-compute-algo", "max")]
         if RUNTIME.fp8_param_gather and zero < 3:
             a.append(("--fp8-param-gather", None))   # fp8 primary weights, as costed (RuntimeSpec.fp8_param_gather)
+    if prec == "fp4":
+        # NVFP4 GEMMs through TE's NVFP4BlockScaling (cost/fp8.py), bf16 primary weights as costed (no
+        # --fp4-param-gather)
+        a += [("--fp4-format", "e2m1"), ("--fp4-recipe", "nvfp4")]
 
     # batch
     a += [("--micro-batch-size", s["micro_batch"]), ("--global-batch-size", i["gb"])]

@@ -185,9 +185,9 @@ def _zero(par: dict) -> int:
 def _precision(text: Any) -> str:
     t = str(text or "bf16").lower()
     # the leading word names it ("fp8 (FP8 GEMMs, BF16 elsewhere)" is fp8); free text after it is a note
-    lead = re.match(r"\s*(bf16|fp16|fp8|fp32|tf32)\b", t)
+    lead = re.match(r"\s*(bf16|fp16|fp8|fp32|tf32|fp4|nvfp4)\b", t)
     if lead:
-        return lead.group(1)
+        return "fp4" if lead.group(1) == "nvfp4" else lead.group(1)   # NVFP4 is the fp4 precision (cost/fp8.py)
     for p in ("bf16", "fp8", "fp32"):
         if p in t:
             return p
@@ -310,8 +310,8 @@ def _recipe_memory(par: dict, precision: str, runtime: str, zero: int, notes: li
         elif not any(k in prec_text for k in ("block", "subchannel")):
             f8 = True
             notes.append(f"fp8_param_gather unstated: True (NeMo {rel[0]}.{rel[1]:02d} fp8 recipes: fp8 primary weights)")
-    if gr is None and rel is not None and not nemo1 and precision in ("bf16", "fp8") \
-            and rel >= ((24, 12) if precision == "fp8" else (25, 2)):
+    if gr is None and rel is not None and not nemo1 and precision in ("bf16", "fp8", "fp4") \
+            and rel >= ((24, 12) if precision in ("fp8", "fp4") else (25, 2)):
         gr = False
         notes.append(f"grad_reduce_in_fp32 unstated: False (NeMo {rel[0]}.{rel[1]:02d} performance recipes)")
     if ob is None and rel is not None and zero in (1, 2) and precision in ("bf16", "fp8") and (
@@ -320,7 +320,7 @@ def _recipe_memory(par: dict, precision: str, runtime: str, zero: int, notes: li
         ob = 12.0 if nemo1 and f8 else 10.0
         notes.append(f"optimizer state unstated: {ob:g} B/parameter (NeMo {rel[0]}.{rel[1]:02d} optimizer"
                      f"{'' if ob == 12 else ', fp32 master kept as a 16-bit remainder'})")
-    return (gr is False and precision in ("bf16", "fp8")), bool(f8) and precision == "fp8", float(ob or 0.0)
+    return (gr is False and precision in ("bf16", "fp8", "fp4")), bool(f8) and precision == "fp8", float(ob or 0.0)
 
 
 # torch 2.1 (released 2023-10-04) made early stop the default of non-reentrant checkpointing (cost/recompute.py);

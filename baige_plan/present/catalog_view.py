@@ -25,7 +25,7 @@ def chip_rows(cat: Catalog) -> list[dict]:
     return rows
 
 
-PRECISIONS = ("bf16", "fp16", "fp8", "tf32", "fp32")
+PRECISIONS = ("bf16", "fp16", "fp8", "fp4", "tf32", "fp32")
 
 
 def plannable(chip) -> str:

@@ -34,6 +34,7 @@ from baige_plan.cost.estimate import (
     stage_cost,
 )
 from baige_plan.cost.execution import EAGER
+from baige_plan.cost.fp8 import QUANTIZED_COPY_BYTES
 from baige_plan.cost.memory import (
     FP32_PRECISIONS,
     GIB,
@@ -174,10 +175,12 @@ class Bounds:
             std = ATTENTION[att] == "standard"
             r = RECOMPUTE[rec]
             sel = self.runtime.memory.selective
-            f8 = self.rates.dtype == "fp8" and self.runtime.memory.fp8_gemm_inputs
-            d = layer_activation_bytes(m, seq, 1, tp, cp, bool(sp), r, std, False, ab, selective=sel, fp8_gemm_inputs=f8)
+            f8 = self.rates.dtype in QUANTIZED_COPY_BYTES and self.runtime.memory.fp8_gemm_inputs
+            qc = QUANTIZED_COPY_BYTES.get(self.rates.dtype, 1.0)
+            d = layer_activation_bytes(m, seq, 1, tp, cp, bool(sp), r, std, False, ab, selective=sel, fp8_gemm_inputs=f8,
+                                       quant_copy_bytes=qc)
             mo = layer_activation_bytes(m, seq, 1, tp, cp, bool(sp), r, std, True, ab, selective=sel,
-                                        fp8_gemm_inputs=f8) if m.moe else 0.0
+                                        fp8_gemm_inputs=f8, quant_copy_bytes=qc) if m.moe else 0.0
             full = 0.0
             if r == "full" or (r == "selective" and sel == "op_sac"):
                 full = layer_activation_bytes(m, seq, 1, tp, cp, bool(sp), "none", std, False, ab)
@@ -236,13 +239,15 @@ class Bounds:
             layer_full = np.maximum(dense + expert - emb, 0.0) / np.maximum(n, 1)
             unit = np.maximum(layer_full / per_layer, np.where(emb > 0, m.vocab * m.hidden / tp, 0.0))
             ahead = unit if mem.zero3_prefetch_params is None else np.minimum(unit, mem.zero3_prefetch_params)
-            if job.precision == "fp8":
-                # TE's fp8 weight copies, or fp8 primary weights where the runtime keeps them below ZeRO-3
+            if job.precision in QUANTIZED_COPY_BYTES:
+                # TE's fp8 (NVFP4) weight copies, or fp8 primary weights where the runtime keeps them below ZeRO-3
                 # (RuntimeSpec.fp8_param_gather; cost/memory.py fp8_layer_weight_bytes): the whole stage's, or only
                 # the gathered units' under FSDP (estimate.stage_cost)
                 whole = ~fsdp | sgo | step_gather
-                per = np.where(zero < 3, fp8_layer_weight_bytes(mem, bool(self.runtime.fp8_param_gather)),
-                               fp8_layer_weight_bytes(mem, False))
+                qc = QUANTIZED_COPY_BYTES[job.precision]
+                per = np.where(zero < 3, fp8_layer_weight_bytes(
+                    mem, bool(self.runtime.fp8_param_gather) and job.precision == "fp8", copy_bytes=qc),
+                    fp8_layer_weight_bytes(mem, False, copy_bytes=qc))
                 weights = weights + per * np.where(
                     whole, np.maximum(dense + expert - emb, 0.0), np.minimum(unit + ahead, 2 * layer_full))
             weights += np.where(sgo, pb * (dense + expert), np.where(

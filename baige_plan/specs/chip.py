@@ -22,7 +22,7 @@ CEILINGS = {"peak_tflops": 1e7, "memory_gib": 1e6, "hbm_GBps": 1e7, "scaleup_GBp
 FLOORS = {"peak_tflops": 1e-3, "memory_gib": 1e-3, "hbm_GBps": 1e-3, "scaleup_GBps": 1e-3, "scaleup_p2p_GBps": 1e-3,
           "nic_Gbps": 1e-3, "pcie_GBps": 1e-3, "host_link_GBps": 1e-3}
 
-DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
+DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")   # fp4: dense NVFP4 (E2M1, 16-element blocks)
 SCALEUP_KINDS = ("switch", "mesh", "pcie", "torus")
 # fused attention kernels a runtime may run (specs/runtime.py RuntimeSpec.attention_kernel): FlashAttention-2
 # (flash-attn 2.x, PyTorch SDPA's flash backend, FlexAttention-class), cuDNN fused attention (Transformer

@@ -7,7 +7,11 @@ from dataclasses import dataclass
 from baige_plan.errors import require
 from baige_plan.limits import MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 
-PRECISIONS = ("bf16", "fp16", "fp8", "fp32", "tf32")   # fp32: CUDA-core fp32; tf32: fp32 storage, TF32 matmuls
+PRECISIONS = ("bf16", "fp16", "fp8", "fp32", "tf32", "fp4")   # fp32: CUDA-core fp32; tf32: fp32 storage, TF32 matmuls;
+# fp4: NVFP4 GEMMs (Transformer Engine NVFP4BlockScaling, Blackwell), bf16 elsewhere
+# the precisions whose linears Transformer Engine quantises on the fly (fp8 recipes, NVFP4): bf16 weights, activations
+# and attention, quantised GEMM inputs (cost/fp8.py)
+QUANTIZED_PRECISIONS = ("fp8", "fp4")
 
 
 @dataclass(frozen=True)

@@ -412,8 +412,8 @@ class RuntimeSpec:
         if getattr(s, "grad_reduce_bf16", False):
             if not self.bf16_grad_reduce:
                 return f"{self.name} has no bf16 gradient-reduction option (Megatron --grad-reduce-in-bf16)"
-            if job is not None and job.precision not in ("bf16", "fp8"):
-                return f"--grad-reduce-in-bf16 applies to bf16/fp8 training, not {job.precision}"
+            if job is not None and job.precision not in ("bf16", "fp8", "fp4"):
+                return f"--grad-reduce-in-bf16 applies to bf16/fp8/fp4 training, not {job.precision}"
         if self.extra_refusal is not None:
             return self.extra_refusal(s, model, job)
         return None

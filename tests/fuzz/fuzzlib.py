@@ -366,7 +366,7 @@ INT_OPTS = {
 }
 FLOAT_OPTS = {"plan": ["--time-limit", "--max-memory-frac"], "evaluate": ["--max-memory-frac"],
               "check": ["--tolerance"]}
-ENUM_OPTS = {"--precision": ["bf16", "fp8", "fp32", "tf32", "int4", "BF16", ""],
+ENUM_OPTS = {"--precision": ["bf16", "fp8", "fp4", "fp32", "tf32", "int4", "BF16", ""],
              "--format": ["table", "json", "yaml", "xml", ""], "--runtime": ["megatron", "deepspeed", "torchtitan",
                                                                            "paddle", "flagscale", "pytorch", "jax"],
              "--recompute": ["none", "full", "partial"], "--attention": ["flash", "standard", "sparse"]}

@@ -303,9 +303,13 @@ def check_dir(meg: Megatron, d: Path) -> list[str]:
         need(args.num_experts is None, f"dense model but Megatron parsed num_experts={args.num_experts}")
 
     prec = job.get("precision", "bf16")
-    eq("bf16", bool(args.bf16), prec in ("bf16", "fp8"))
+    eq("bf16", bool(args.bf16), prec in ("bf16", "fp8", "fp4"))
     eq("fp16", bool(args.fp16), prec == "fp16")
     eq("fp8", args.fp8 is not None, prec == "fp8")
+    # NVFP4 (cost/fp8.py): TransformerConfig.fp4 'e2m1' (--fp4-format) with fp4_recipe 'nvfp4' (--fp4-recipe)
+    eq("fp4", args.fp4, "e2m1" if prec == "fp4" else None)
+    if prec == "fp4":
+        eq("fp4_recipe", str(getattr(args.fp4_recipe, "value", args.fp4_recipe)), "nvfp4")
     eq("use_distributed_optimizer", bool(args.use_distributed_optimizer), zero >= 1)
     # ZeRO-3 is Megatron-FSDP full sharding (specs/runtimes/megatron.py), which overlaps its gathers and
     # reduce-scatters itself (megatron_fsdp.py); ZeRO-2 is not planned and is exported as ZeRO-1
@@ -390,6 +394,8 @@ CASES = (
     ("llama3-8b-cp4", "llama3-8b", "h100-sxm5-80g:4x8", "--global-batch", "64", "--seq-len", "32768", "--cp", "4"),
     ("llama3-8b-fp8", "llama3-8b", "h100-sxm5-80g:2x8", "--global-batch", "128", "--seq-len", "8192",
      "--precision", "fp8"),
+    ("llama3-8b-fp4", "llama3-8b", "b200:2x8", "--global-batch", "128", "--seq-len", "8192",
+     "--precision", "fp4"),
     ("llama3-8b-zero0", "llama3-8b", "h100-sxm5-80g:1x8", "--global-batch", "64", "--seq-len", "8192", "--zero", "0"),
     # ZeRO-3 = Megatron-FSDP: alone, and with TP + SP (FSDP only warns there) and with EP
     ("llama3-8b-megatron-fsdp", "llama3-8b", "h100-sxm5-80g:1x8", "--global-batch", "64", "--seq-len", "8192",

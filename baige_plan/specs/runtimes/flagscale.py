@@ -120,6 +120,7 @@ RUNTIME = replace(
     package="flag-scale",
     version="0.8.0",
     heterogeneous=True,         # interleaving and cp: non-hetero mode only; shape_refusal refuses them in hetero mode
+    precisions=("bf16", "fp16", "fp8", "fp32", "tf32"),   # NVFP4 (Megatron-core 0.14+) not checked against the fork
     zero_stages=(0, 1),         # Megatron-FSDP (megatron zero 3) is not checked against FlagScale's fork
     tp_comm_overlap=False,      # TE userbuffers across hetero meshes not checked against FlagScale
     uneven_interleaved=False,   # not checked against FlagScale's Megatron fork: its export writes first/last

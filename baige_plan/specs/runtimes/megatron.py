@@ -88,7 +88,9 @@ Space, verified against megatron-core 0.19.2 (paths inside the wheel):
   --recompute-method uniform --recompute-num-layers 1: every layer; transformer_config.py requires
   a method and a layer count for full).
 - precisions: bf16 (--bf16), fp16 (--fp16, dynamic loss scaling), fp32 (no flag), fp8 (--bf16 plus
-  --fp8-format hybrid through Transformer Engine; transformer_config.py fp8 / fp8_recipe).
+  --fp8-format hybrid through Transformer Engine; transformer_config.py fp8 / fp8_recipe), fp4 (--bf16 plus
+  --fp4-format e2m1 --fp4-recipe nvfp4: TE's NVFP4BlockScaling, TE >= 2.7 on Blackwell; transformer_config.py fp4 /
+  fp4_recipe, core_v0.19.0; arguments.py refuses --fp4-format together with --fp8-format).
 Execution semantics:
 - gradients: accumulated in an fp32 main-grad buffer over all micro-batches, reduced once per step
   in buckets overlapped with the last micro-batch's backward (--overlap-grad-reduce, which the export
@@ -179,7 +181,7 @@ RUNTIME = RuntimeSpec(
     hsdp_zero=(3,),
     sequence_parallel="optional",
     recompute=("none", "selective", "full"),
-    precisions=("bf16", "fp16", "fp8", "fp32", "tf32"),
+    precisions=("bf16", "fp16", "fp8", "fp32", "tf32", "fp4"),
     # fp8 runs keep fp8 primary weights (--fp8-param-gather), as NeMo 2 (bf16_with_fp8_mixed fp8_params, v2.0.0+)
     # and Megatron-Bridge's fp8 presets (training/mixed_precision.py v0.2.0) set it: the memory the recipes run at
     fp8_param_gather=True,
