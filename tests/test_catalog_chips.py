@@ -152,8 +152,8 @@ def test_every_listed_chip_is_plannable_or_says_why_not() -> None:
     assert rows["kunlun-p800"].startswith("no: ") and "unknown" in rows["kunlun-p800"]
     for cid in ("tpu-v6e", "trainium2"):        # no GEMM measurement anywhere public in the catalog
         assert rows[cid] == "no: measured.gemm_efficiency.bf16 unknown", (cid, rows[cid])
-    # B300: MAMF bf16 / fp8 (ml-engineering), no fp32 curve, no NIC figure for HGX B300
-    assert rows["b300"] == "yes: bf16 fp16 fp8 fp4; one node only: nic_Gbps unknown"
+    # B300: MAMF bf16 / fp8 (ml-engineering), no fp32 curve; one ConnectX-8 per GPU (DGX B300)
+    assert rows["b300"] == "yes: bf16 fp16 fp8 fp4"
     assert rows["mi355x"].startswith("no: peak_tflops.bf16")
     assert all(v.startswith(("yes: ", "no: ")) for v in rows.values())
 

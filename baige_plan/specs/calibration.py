@@ -113,7 +113,7 @@ def _all_runs(run: Any) -> bool:
 
 
 def _zero3_runs(run: Any) -> bool:
-    return run.strategy.zero >= 3 and run.strategy.zero3_impl == "deepspeed"
+    return _fit_eligible(run) and run.strategy.zero >= 3 and run.strategy.zero3_impl == "deepspeed"
 
 
 # runtimes whose zero 2 is FSDP SHARD_GRAD_OP (RuntimeSpec.fsdp_zero2; tests/test_calibration_bands.py checks this
@@ -123,7 +123,8 @@ FSDP_ZERO2_RUNTIMES = ("torchtitan",)
 
 def _fsdp_runs(run: Any) -> bool:
     s = run.strategy
-    return s.zero3_impl != "deepspeed" and (s.zero >= 3 or (s.zero == 2 and s.runtime in FSDP_ZERO2_RUNTIMES))
+    return _fit_eligible(run) and s.zero3_impl != "deepspeed" and \
+        (s.zero >= 3 or (s.zero == 2 and s.runtime in FSDP_ZERO2_RUNTIMES))
 
 
 # catalog chips whose GEMM curves are estimates (MAMF or datasheet x CALIB_RATIO), by family
@@ -142,19 +143,24 @@ FIT_TRANSFERRED_CHIPS = ("gb300", "b300")
 PROFILED_CHIPS = ("h100-sxm5-80g-profiled", "h200-sxm-141g-profiled")
 
 
+def _fit_eligible(run: Any) -> bool:
+    """A run any corpus constant may be fitted on: not fp4 (its GEMM efficiency is an estimate of its own,
+    chips/*.yaml NVFP4_RATIO, which no 16-bit / fp8 scale or overlap constant must absorb) and on no chip of
+    FIT_TRANSFERRED_CHIPS. Those runs are scored held out like every other."""
+    return run.job.precision != "fp4" and not {g.chip.id for g in run.cluster.groups} & set(FIT_TRANSFERRED_CHIPS)
+
+
 def _family_runs(family: str) -> Callable[[Any], bool]:
     def applies(run: Any) -> bool:
         chips = {g.chip.id for g in run.cluster.groups}
-        # MoE and fp4 residuals are their own classes: fp4's GEMM efficiency is an estimate of its own (chips/*.yaml
-        # NVFP4_RATIO), which a family's 16-bit / fp8 scale must not absorb
-        return run.model.moe is None and run.job.precision != "fp4" and \
-            any(CHIP_FAMILY_OF.get(c) == family for c in chips) and not chips & set(FIT_TRANSFERRED_CHIPS)
+        # MoE residuals are their own class
+        return run.model.moe is None and _fit_eligible(run) and any(CHIP_FAMILY_OF.get(c) == family for c in chips)
     return applies
 
 
 def _other_chip_runs(run: Any) -> bool:
     """gemm_scale: fitted on the runs on chips outside the families (A100 and the like)."""
-    return all(g.chip.id not in CHIP_FAMILY_OF for g in run.cluster.groups)
+    return _fit_eligible(run) and all(g.chip.id not in CHIP_FAMILY_OF for g in run.cluster.groups)
 
 
 @dataclass(frozen=True)
