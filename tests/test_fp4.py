@@ -42,7 +42,7 @@ def test_saved_gemm_inputs_shrink_to_the_fp4_copy():
 def test_fp4_weight_cache_is_two_nvfp4_copies():
     mem = runtimes.get("megatron").memory
     assert fp8_layer_weight_bytes(mem, False) == 2.0                        # fp8 weight + transpose
-    assert fp8_layer_weight_bytes(mem, False, copy_bytes=0.5625) == pytest.approx(1.125)
+    assert fp8_layer_weight_bytes(mem, False, precision="fp4") == pytest.approx(1.125)
 
 
 def test_fp4_gemm_runs_at_the_fp4_peak_on_its_curve():

@@ -42,6 +42,7 @@ from baige_plan.cost.flops import SIXTEEN_BIT_KIND, Gemm
 from baige_plan.cost.memory import FP32_PRECISIONS  # fp32 storage: 4-byte weights, grads, activations
 from baige_plan.specs.calibration import COMMITTED
 from baige_plan.specs.chip import ChipSpec
+from baige_plan.specs.job import QUANTIZED_PRECISIONS
 from baige_plan.specs.model import ModelSpec
 
 FLASH_FRACTION = 0.80
@@ -94,7 +95,7 @@ class ChipRates:
         gemm_dtype = precision    # fp32 -> fp32 (CUDA cores), tf32 -> tf32 (tensor cores)
         hbm = chip.need("hbm_GBps") * 1e9 * (chip.hbm_efficiency or DEFAULT_HBM_EFF)
         act = 4 if precision in FP32_PRECISIONS else 2
-        attn = "bf16" if precision in ("fp8", "fp4") else gemm_dtype   # TE quantises linears only
+        attn = "bf16" if precision in QUANTIZED_PRECISIONS else gemm_dtype   # TE quantises linears only
         fused, fused_peak = "", 0.0
         if precision in FP32_PRECISIONS:
             fused, fused_peak = "fp32", chip.peak("fp32") * 1e12

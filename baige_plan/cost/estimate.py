@@ -79,7 +79,7 @@ from baige_plan.errors import SpecError
 from baige_plan.specs import runtimes
 from baige_plan.specs.calibration import COMMITTED, Calibration
 from baige_plan.specs.frozen import make
-from baige_plan.specs.job import JobSpec
+from baige_plan.specs.job import QUANTIZED_PRECISIONS, JobSpec
 from baige_plan.specs.model import ModelSpec
 from baige_plan.specs.profile import LayerProfile
 from baige_plan.specs.runtime import FUSED_KERNELS, UnfusedKernels
@@ -379,7 +379,7 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
         # execution replaces m_f/m_b with its measured traffic below
         m_f += mt.dispatch_fwd_s
         m_b += mt.dispatch_bwd_s
-    if r.dtype in QUANTIZED_COPY_BYTES:
+    if r.dtype in QUANTIZED_PRECISIONS:
         # Transformer Engine quantises every GEMM input in the forward and the output gradients in the backward,
         # at the recipe's bytes per element (cost/fp8.py: fp8 recipes, NVFP4)
         qb = fp8_quantize_bytes(quant_recipe(s, r.chip, r.dtype))
@@ -574,7 +574,7 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
     moe_saved = "torchtitan_eager" if tt_routing else "dispatcher"
     act += layer_activation_bytes(model, seq, s.micro_batch, s.tp, s.cp, sp, s.recompute, std, moe, act_bytes,
                                   etp=s.etp, selective=runtimes.get(s.runtime).memory.selective,
-                                  fp8_gemm_inputs=(r.dtype in QUANTIZED_COPY_BYTES
+                                  fp8_gemm_inputs=(r.dtype in QUANTIZED_PRECISIONS
                                                    and runtimes.get(s.runtime).memory.fp8_gemm_inputs),
                                   quant_copy_bytes=QUANTIZED_COPY_BYTES.get(r.dtype, 1.0),
                                   modules=s.recompute_modules, distributed=s.distribute_saved_activations,
@@ -1050,12 +1050,12 @@ def stage_cost(model: ModelSpec, group: GroupSpec, job: JobSpec, s: StrategySpec
     pb = 4 if fp32 else mem.zero3_param_bytes      # a gathered parameter (FSDP2 param_dtype)
     fsdp = s.zero >= 3 or mem.fsdp_always
     fp8_b = 0.0   # TE's fp8 bytes per layer parameter that is gathered (cost/memory.py fp8_layer_weight_bytes)
-    if job.precision in QUANTIZED_COPY_BYTES:
+    if job.precision in QUANTIZED_PRECISIONS:
         # TE's cached fp8 (NVFP4) weight + transpose over bf16 weights, or fp8 primary weights (--fp8-param-gather)
         # replacing the 16-bit copy; embedding and output layer stay bf16. Sharded (ZeRO-3 / FSDP) weights have
         # their fp8 copy only while gathered: the units in use below
-        primary = bool(getattr(s, "fp8_param_gather", False)) and s.zero < 3 and job.precision == "fp8"
-        fp8_b = fp8_layer_weight_bytes(mem, primary, copy_bytes=QUANTIZED_COPY_BYTES[job.precision])
+        primary = bool(getattr(s, "fp8_param_gather", False)) and s.zero < 3
+        fp8_b = fp8_layer_weight_bytes(mem, primary, precision=job.precision)
         if not fsdp or shard_grad_op or rt.zero3_gather(s.pp) == "step":
             weights += fp8_b * max(dense_p + expert_p - emb_p, 0.0)
     if shard_grad_op:

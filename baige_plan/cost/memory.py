@@ -34,6 +34,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from baige_plan.cost.fp8 import QUANTIZED_COPY_BYTES
+from baige_plan.specs.job import BF16_WEIGHT_PRECISIONS
 from baige_plan.specs.model import ModelSpec
 from baige_plan.specs.runtime import (  # measured allocator and context figures (specs/runtime.py)
     CUDA_CONTEXT_GIB,
@@ -54,7 +56,7 @@ def bf16_grad_reduce(s, precision: str) -> bool:
     """The strategy keeps bf16 main grads and reduces them in bf16 (Megatron --grad-reduce-in-bf16, which
     training/arguments.py applies to --bf16 runs: accumulate_allreduce_grads_in_fp32 = False); fp8 runs
     keep bf16 weights and grads, so it applies there too."""
-    return bool(getattr(s, "grad_reduce_bf16", False)) and precision in ("bf16", "fp8", "fp4")
+    return bool(getattr(s, "grad_reduce_bf16", False)) and precision in BF16_WEIGHT_PRECISIONS
 
 
 def weight_bytes(precision: str) -> int:
@@ -176,18 +178,18 @@ def slack_bytes(mem, allocated_bytes, full_recompute: bool = False):
     return allocated_bytes * frac
 
 
-def fp8_layer_weight_bytes(mem, primary: bool, weight16_bytes: float = 2.0, copy_bytes: float = 1.0) -> float:
+def fp8_layer_weight_bytes(mem, primary: bool, weight16_bytes: float = 2.0, precision: str = "fp8") -> float:
     """Bytes per transformer-layer parameter that fp8 training through Transformer Engine adds to the
     16-bit weight (`weight16_bytes`) the model states already count:
       bf16 primary weights: the cached fp8 weight + transpose, `mem.fp8_weight_cache_bytes` (+2 in Megatron);
       fp8 primary weights (`primary`: --fp8-param-gather, when the runtime has them, mem.fp8_param_bytes > 0):
         the fp8 data + transpose replace the 16-bit weight: fp8_param_bytes - weight16_bytes (2 - 2 = 0).
     Embedding and output layer stay 16-bit (TE linears only), so the caller passes layer parameters.
-    `copy_bytes`: bytes per element of one quantised copy (fp8 1; NVFP4 0.5625 with its block scales: the cache
-    of an fp4 job holds two such copies, 1.125 B per parameter)."""
-    if primary and mem.fp8_param_bytes:
+    `precision` fp4: the cache holds two NVFP4 copies (cost/fp8.py QUANTIZED_COPY_BYTES: 0.5625 B each, 1.125 B per
+    parameter); fp4 has no primary-weight mode here (`primary` applies to fp8 only)."""
+    if primary and mem.fp8_param_bytes and precision == "fp8":
         return float(mem.fp8_param_bytes) - weight16_bytes
-    return float(mem.fp8_weight_cache_bytes) * copy_bytes
+    return float(mem.fp8_weight_cache_bytes) * QUANTIZED_COPY_BYTES[precision]
 
 
 def model_state_bytes_per_param(zero: int, dp: int, weight_bytes: float = 2, grad_bytes: float = 4,

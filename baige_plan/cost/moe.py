@@ -46,6 +46,7 @@ from baige_plan.cost.compute import ChipRates, gemm_time_s, moe_dispatch_bytes
 from baige_plan.cost.execution import GRACE_HOST_CHIPS, LAUNCH_HOST, LaunchHost
 from baige_plan.cost.flops import Gemm, expert_load_factor, tokens_per_expert
 from baige_plan.cost.fp8 import quant_recipe
+from baige_plan.specs.job import QUANTIZED_PRECISIONS
 from baige_plan.specs.model import ModelSpec
 from baige_plan.specs.strategy import StrategySpec
 from baige_plan.specs.topology import GroupSpec
@@ -305,7 +306,7 @@ def moe_layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, tokens: flo
     else:
         d_f, d_b = moe_dispatch_bytes(model, tokens, s.tp, s.ep, s.etp, r.act_bytes)
     quant_s = 0.0
-    if r.dtype in ("fp8", "fp4") and s.execution != "eager" and s.runtime in TE_GROUPED_MLP_RUNTIMES:
+    if r.dtype in QUANTIZED_PRECISIONS and s.execution != "eager" and s.runtime in TE_GROUPED_MLP_RUNTIMES:
         align = FP4_ROW_ALIGN if r.dtype == "fp4" else FP8_ROW_ALIGN
         pad = fp8_padding_bytes(model, tokens, s.tp, s.ep, s.etp, r.act_bytes, moe_router(s.runtime), align) * load
         d_f += pad

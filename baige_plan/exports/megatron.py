@@ -21,6 +21,7 @@ from baige_plan.exports._common import (
     slurm_file,
     version_check_lines,
 )
+from baige_plan.specs.job import BF16_WEIGHT_PRECISIONS
 from baige_plan.specs.runtimes.megatron import (
     RUNTIME,
     VERSION,
@@ -253,7 +254,7 @@ def megatron_args(doc: dict) -> tuple[list[tuple[str, object]], list[str], list[
 
     # precision
     prec = job.get("precision", "bf16")
-    if prec in ("bf16", "fp8", "fp4"):
+    if prec in BF16_WEIGHT_PRECISIONS:
         a.append(("--bf16", None))
     elif prec == "fp16":
         a.append(("--fp16", None))

@@ -24,7 +24,7 @@ from baige_plan.io.run_amends import apply_amendments
 from baige_plan.io.yamlio import check_keys, is_regular_file, kind_of, read_document
 from baige_plan.limits import MAX_DEVICES, MAX_RUN_ROWS, MIN_STEP_TIME_S
 from baige_plan.specs import runtimes
-from baige_plan.specs.job import JobSpec
+from baige_plan.specs.job import BF16_WEIGHT_PRECISIONS, QUANTIZED_PRECISIONS, JobSpec
 from baige_plan.specs.model import MLASpec, ModelSpec, MoESpec
 from baige_plan.specs.strategy import RECOMPUTE_MODULES, StrategySpec, check_strategy
 from baige_plan.specs.topology import ClusterSpec, GroupSpec
@@ -310,8 +310,8 @@ def _recipe_memory(par: dict, precision: str, runtime: str, zero: int, notes: li
         elif not any(k in prec_text for k in ("block", "subchannel")):
             f8 = True
             notes.append(f"fp8_param_gather unstated: True (NeMo {rel[0]}.{rel[1]:02d} fp8 recipes: fp8 primary weights)")
-    if gr is None and rel is not None and not nemo1 and precision in ("bf16", "fp8", "fp4") \
-            and rel >= ((24, 12) if precision in ("fp8", "fp4") else (25, 2)):
+    if gr is None and rel is not None and not nemo1 and precision in BF16_WEIGHT_PRECISIONS \
+            and rel >= ((24, 12) if precision in QUANTIZED_PRECISIONS else (25, 2)):
         gr = False
         notes.append(f"grad_reduce_in_fp32 unstated: False (NeMo {rel[0]}.{rel[1]:02d} performance recipes)")
     if ob is None and rel is not None and zero in (1, 2) and precision in ("bf16", "fp8") and (
@@ -320,7 +320,7 @@ def _recipe_memory(par: dict, precision: str, runtime: str, zero: int, notes: li
         ob = 12.0 if nemo1 and f8 else 10.0
         notes.append(f"optimizer state unstated: {ob:g} B/parameter (NeMo {rel[0]}.{rel[1]:02d} optimizer"
                      f"{'' if ob == 12 else ', fp32 master kept as a 16-bit remainder'})")
-    return (gr is False and precision in ("bf16", "fp8", "fp4")), bool(f8) and precision == "fp8", float(ob or 0.0)
+    return (gr is False and precision in BF16_WEIGHT_PRECISIONS), bool(f8) and precision == "fp8", float(ob or 0.0)
 
 
 # torch 2.1 (released 2023-10-04) made early stop the default of non-reentrant checkpointing (cost/recompute.py);

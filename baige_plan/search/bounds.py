@@ -52,7 +52,7 @@ from baige_plan.search.space import COL
 from baige_plan.specs import runtimes
 from baige_plan.specs.calibration import COMMITTED
 from baige_plan.specs.frozen import make
-from baige_plan.specs.job import JobSpec
+from baige_plan.specs.job import QUANTIZED_PRECISIONS, JobSpec
 from baige_plan.specs.model import ModelSpec
 from baige_plan.specs.strategy import ATTENTION, RECOMPUTE, StrategySpec, stage_layers
 from baige_plan.specs.topology import GroupSpec
@@ -175,7 +175,7 @@ class Bounds:
             std = ATTENTION[att] == "standard"
             r = RECOMPUTE[rec]
             sel = self.runtime.memory.selective
-            f8 = self.rates.dtype in QUANTIZED_COPY_BYTES and self.runtime.memory.fp8_gemm_inputs
+            f8 = self.rates.dtype in QUANTIZED_PRECISIONS and self.runtime.memory.fp8_gemm_inputs
             qc = QUANTIZED_COPY_BYTES.get(self.rates.dtype, 1.0)
             d = layer_activation_bytes(m, seq, 1, tp, cp, bool(sp), r, std, False, ab, selective=sel, fp8_gemm_inputs=f8,
                                        quant_copy_bytes=qc)
@@ -239,15 +239,14 @@ class Bounds:
             layer_full = np.maximum(dense + expert - emb, 0.0) / np.maximum(n, 1)
             unit = np.maximum(layer_full / per_layer, np.where(emb > 0, m.vocab * m.hidden / tp, 0.0))
             ahead = unit if mem.zero3_prefetch_params is None else np.minimum(unit, mem.zero3_prefetch_params)
-            if job.precision in QUANTIZED_COPY_BYTES:
+            if job.precision in QUANTIZED_PRECISIONS:
                 # TE's fp8 (NVFP4) weight copies, or fp8 primary weights where the runtime keeps them below ZeRO-3
                 # (RuntimeSpec.fp8_param_gather; cost/memory.py fp8_layer_weight_bytes): the whole stage's, or only
                 # the gathered units' under FSDP (estimate.stage_cost)
                 whole = ~fsdp | sgo | step_gather
-                qc = QUANTIZED_COPY_BYTES[job.precision]
-                per = np.where(zero < 3, fp8_layer_weight_bytes(
-                    mem, bool(self.runtime.fp8_param_gather) and job.precision == "fp8", copy_bytes=qc),
-                    fp8_layer_weight_bytes(mem, False, copy_bytes=qc))
+                per = np.where(zero < 3, fp8_layer_weight_bytes(mem, bool(self.runtime.fp8_param_gather),
+                                                                precision=job.precision),
+                               fp8_layer_weight_bytes(mem, False, precision=job.precision))
                 weights = weights + per * np.where(
                     whole, np.maximum(dense + expert - emb, 0.0), np.minimum(unit + ahead, 2 * layer_full))
             weights += np.where(sgo, pb * (dense + expert), np.where(

@@ -202,8 +202,7 @@ FITTED: tuple[Fitted, ...] = (
     Fitted("zero3_overlap_fsdp", 0.0, 1.0, _fsdp_runs, points=5,
            fitted_on="the corpus' FSDP runs (benchmarks/corpus/LOSO.md)"),
     *(Fitted(f"gemm_scale_{fam}", 0.60, 1.25, _family_runs(fam), points=9, coordinate="reciprocal",
-             fitted_on=f"the corpus runs on {fam} chips that are not MoE (benchmarks/corpus/LOSO.md)"
-                       + ("; not fp4" if fam == "blackwell" else ""))
+             fitted_on=f"the corpus runs on {fam} chips that are neither MoE nor fp4 (benchmarks/corpus/LOSO.md)")
       for fam, _ in CHIP_FAMILIES),
 )
 

@@ -12,6 +12,8 @@ PRECISIONS = ("bf16", "fp16", "fp8", "fp32", "tf32", "fp4")   # fp32: CUDA-core 
 # the precisions whose linears Transformer Engine quantises on the fly (fp8 recipes, NVFP4): bf16 weights, activations
 # and attention, quantised GEMM inputs (cost/fp8.py)
 QUANTIZED_PRECISIONS = ("fp8", "fp4")
+# the precisions with 16-bit (bf16) weights and gradients: bf16 itself and the quantised ones
+BF16_WEIGHT_PRECISIONS = ("bf16", *QUANTIZED_PRECISIONS)
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 from baige_plan.errors import SpecError, require
 from baige_plan.specs.frozen import hash_once
+from baige_plan.specs.job import BF16_WEIGHT_PRECISIONS
 
 # Device memory figures every PyTorch-based runtime shares (MemorySemantics; cost/memory.py reads them).
 # Measured (docs/COST_MODEL.md "Memory model"):
@@ -412,7 +413,7 @@ class RuntimeSpec:
         if getattr(s, "grad_reduce_bf16", False):
             if not self.bf16_grad_reduce:
                 return f"{self.name} has no bf16 gradient-reduction option (Megatron --grad-reduce-in-bf16)"
-            if job is not None and job.precision not in ("bf16", "fp8", "fp4"):
+            if job is not None and job.precision not in BF16_WEIGHT_PRECISIONS:
                 return f"--grad-reduce-in-bf16 applies to bf16/fp8/fp4 training, not {job.precision}"
         if self.extra_refusal is not None:
             return self.extra_refusal(s, model, job)
