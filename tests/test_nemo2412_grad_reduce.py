@@ -36,3 +36,26 @@ def test_which_releases_reduce_in_bf16():
     assert _recipe_memory({"framework": "NeMo 24.07 (NeMo 1 launcher)"}, "fp8", "megatron", 1, []) == (False, False, 10.0)
     assert _recipe_memory({"framework": nemo2.format("24.12"), "grad_reduce_in_fp32": True}, "fp8", "megatron", 1,
                           [])[0] is False      # a stated value wins
+
+
+def test_mxfp8_runs_keep_fp8_primary_weights():
+    # Megatron-Bridge bf16_with_mxfp8_mixed sets fp8_param_gather and reuse_grad_buf_for_mxfp8_param_ag
+    # (training/mixed_precision.py @ fcbb6031, v0.5.0); only the blockwise (subchannel) presets keep bf16 weights.
+    # The MXFP8 rows' precision text says "1x32-block-scaled", which is not "blockwise".
+    from baige_plan.io.runs import _recipe_memory
+    mb = {"framework": "NeMo 26.06 (Megatron-Bridge 0.5.0, Megatron-Core 0.18.0, Transformer Engine 2.16)"}
+    mx = dict(mb, precision="fp8 (MXFP8: 1x32-block-scaled FP8 GEMMs via Transformer Engine, bf16 elsewhere)")
+    assert _recipe_memory(mx, "fp8", "megatron", 1, [])[1] is True
+    for text in ("fp8 blockwise (subchannel)", "fp8 (block-wise 128x128 weights)", "fp8 sub-channel scaling"):
+        assert _recipe_memory(dict(mb, precision=text), "fp8", "megatron", 1, [])[1] is False, text
+
+
+def test_gb300_405b_mxfp8_fits_with_fp8_primary_weights():
+    # Llama 3.1 405B, tp 2 pp 8 cp 2 vpp 4 on 256 GB300 ran (Megatron-Bridge 26.06 table). Per device, the layer
+    # weights are fp8 data + transpose (2 B, no bf16 copy): 405.9e9 / (tp 2 x pp 8) parameters x 2 B = 47.3 GiB,
+    # where bf16 weights + TE's cached fp8 copy (4 B) gave 94.5 GiB and a 293.5 GiB peak over 277.55 GiB
+    c = _case("benchmarks/corpus/mbridge_perf_2606.yaml", "mbridge_perf_2606_llama31_405b_gb300_256gpu_mxfp8")
+    assert c.strategy.fp8_param_gather
+    e = estimate(c.model, c.cluster, c.job, c.strategy)
+    assert abs(e.memory_gib["weights"] - 405.9e9 / 16 * 2 / 2**30) < 1.0
+    assert e.fits and e.peak_memory_gib <= e.capacity_gib

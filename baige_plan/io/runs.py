@@ -307,7 +307,8 @@ def _recipe_memory(par: dict, precision: str, runtime: str, zero: int, notes: li
     if f8 is None and rel is not None and precision == "fp8":
         if nemo1:
             f8 = "fp8_params=true" in prec_text or "fp8_params:true" in prec_text
-        elif not any(k in prec_text for k in ("block", "subchannel")):
+        elif not re.search(r"block-?wise|sub-?channel", prec_text):
+            # the blockwise (subchannel) presets keep bf16 weights; MXFP8 ("1x32-block-scaled") does not
             f8 = True
             notes.append(f"fp8_param_gather unstated: True (NeMo {rel[0]}.{rel[1]:02d} fp8 recipes: fp8 primary weights)")
     if gr is None and rel is not None and not nemo1 and precision in BF16_WEIGHT_PRECISIONS \
