@@ -33,7 +33,7 @@ from baige_plan.specs.topology import ClusterSpec, GroupSpec
 # hardware.gpu_model text -> catalog chip, first match wins (specific before general: GB200 before B200, H200
 # before H20); None: a device the catalog has no file for (the row needs hardware.chip)
 _GPU_MAP = (
-    (r"GB300", None), (r"GB200", "gb200"), (r"B300", "b300"), (r"B200", "b200"),
+    (r"GB300", "gb300"), (r"GB200", "gb200"), (r"B300", "b300"), (r"B200", "b200"),
     (r"A100.*PCIe", "a100-pcie-80g"), (r"A100.*80", "a100-sxm4-80g"), (r"A100.*40", "a100-sxm4-40g"),
     (r"A100", "a100-sxm4-80g"), (r"A800", "a800-sxm4-80g"),
     (r"H100.*PCIe", "h100-pcie-80g"), (r"H100", "h100-sxm5-80g"), (r"H800", "h800-sxm5-80g"),
