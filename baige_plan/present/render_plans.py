@@ -236,6 +236,7 @@ class Progress:
         self.closed = False
         self._lock = threading.Lock()
         self._timer: threading.Timer | None = None
+        self._terminal: bool | None = None     # stderr is a terminal (asked once, at the first update)
 
     def __call__(self, done: int, total: int) -> None:
         self.update(self.fmt.format(done=done, total=total))
@@ -243,6 +244,12 @@ class Progress:
     def update(self, text: str) -> None:
         if not self.enabled or self.closed:
             return
+        if self._terminal is None:
+            # off a terminal nothing is ever shown: no timer thread, no live display refreshing beside the work
+            self._terminal = _console(stderr=True).is_terminal
+            self.enabled = self._terminal
+            if not self.enabled:
+                return
         with self._lock:
             self.text = text
             if self.status is not None:
