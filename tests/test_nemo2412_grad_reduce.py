@@ -62,3 +62,19 @@ def test_gb300_405b_mxfp8_fits_with_fp8_primary_weights():
     e = estimate(c.model, c.cluster, c.job, c.strategy)
     assert abs(e.memory_gib["weights"] - 405.9e9 / 16 * 2 / 2**30) < 1.0
     assert e.fits and e.peak_memory_gib <= e.capacity_gib
+
+
+def test_fp8_recipe_of_containers_before_current_scaling():
+    # Transformer Engine had DelayedScaling only until MXFP8BlockScaling (TE 2.0 code, 2025-02-07) and
+    # Float8CurrentScaling (v2.2, 2025-03-07): an unstated recipe of an older NeMo container is delayed scaling
+    from baige_plan.io.runs import _fp8_recipe
+    mlperf = {"framework": "NeMo 24.09 (MLPerf NVIDIA GPT-3 implementation, Megatron-core, Transformer Engine)"}
+    assert _fp8_recipe(mlperf, "fp8", "megatron", "h100-sxm5-80g", []) == "delayed"
+    assert _fp8_recipe(mlperf, "fp8", "megatron", "b200", []) == "delayed"
+    assert _fp8_recipe({"framework": "NeMo 25.02 (NeMo 2.0)"}, "fp8", "megatron", "b200", []) == ""      # MXFP8
+    assert _fp8_recipe({"framework": "NeMo 25.02 (NeMo 2.0)"}, "fp8", "megatron", "h100-sxm5-80g", []) == "delayed"
+    assert _fp8_recipe({"framework": "NeMo 25.11 (Megatron-Bridge 0.2.0)"}, "fp8", "megatron", "h100-sxm5-80g",
+                       []) == ""                                  # current scaling exists: the chip's default
+    assert _fp8_recipe(dict(mlperf, fp8_recipe="current"), "fp8", "megatron", "h100-sxm5-80g", []) == "current"
+    assert _fp8_recipe(mlperf, "bf16", "megatron", "h100-sxm5-80g", []) == ""
+    assert _fp8_recipe({"framework": "torchtitan 2024-08"}, "fp8", "torchtitan", "h100-sxm5-80g", []) == ""

@@ -12,7 +12,8 @@ from the kernels TE launches (transformer_engine/pytorch/csrc/quantizer.cpp @ d0
            2 B + 1 B + 1 B + 2/32 B of scales = 4.0625 B
 The default recipe is the chip's: MXFP8 where the chip has block-scaled fp8 tensor cores (Blackwell), current
 scaling elsewhere (Megatron-Bridge's FP8-CS preset on Hopper from 25.09; NeMo's earlier recipes used delayed
-scaling, which a run states with `fp8_recipe: delayed`).
+scaling, which a run states with `fp8_recipe: delayed`, and which the runs loader takes for an unstated recipe of a
+NeMo container whose Transformer Engine predates the chip's default: io/runs.py _fp8_recipe).
 
 fp4 jobs run NVFP4 (TE NVFP4BlockScaling, Megatron-core `--fp4-format e2m1 --fp4-recipe nvfp4`, Blackwell): every
 linear that fp8 would quantise runs its three GEMMs (fprop, dgrad, wgrad) on E2M1 data with one E4M3 scale per 16

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from baige_plan.cost.fp8 import MXFP8_CHIPS
 from baige_plan.errors import InputError, SpecError
 from baige_plan.io.catalog import Catalog
 from baige_plan.io.run_amends import apply_amendments
@@ -268,6 +269,30 @@ def _moe_a2a_overlap(row: dict, par: dict, notes: list[str]) -> bool:
             notes.append("MoE EP all-to-all overlap (moe_a2a_overlap) from the row's recipe")
             return True
     return False
+
+
+# Transformer Engine's fp8 recipes by release: DelayedScaling only before 2.0; MXFP8BlockScaling (Blackwell) from the
+# TE 2.0 code (NVIDIA/TransformerEngine 544dd14b4, 2025-02-07, first tagged v2.1); Float8CurrentScaling from v2.2
+# (77fa1e596, 2025-03-07). A NeMo container before 25.01 (Blackwell) / 25.04 (others) ships a TE without them.
+_NEMO_BEFORE_MXFP8 = (25, 1)
+_NEMO_BEFORE_CURRENT_SCALING = (25, 4)
+
+
+def _fp8_recipe(par: dict, precision: str, runtime: str, chip_id: str, notes: list[str]) -> str:
+    """The fp8 recipe of a run (cost/fp8.py): `parallel.fp8_recipe` when stated; for an unstated recipe of a NeMo /
+    Megatron-Bridge fp8 run on Transformer Engine whose container predates the chip's default recipe (current
+    scaling, MXFP8 on Blackwell: cost/fp8.py fp8_recipe), delayed scaling, the one recipe its TE had; else "" (the
+    chip's default)."""
+    stated = str(par.get("fp8_recipe") or "")
+    if stated or precision != "fp8" or runtime != "megatron" or not _megatron_recipe(par):
+        return stated
+    rel = _nemo_release(par)
+    first = _NEMO_BEFORE_MXFP8 if chip_id in MXFP8_CHIPS else _NEMO_BEFORE_CURRENT_SCALING
+    if rel is None or rel >= first:
+        return stated
+    notes.append(f"fp8_recipe unstated: delayed (NeMo {rel[0]}.{rel[1]:02d}'s Transformer Engine predates "
+                 f"{'MXFP8BlockScaling' if chip_id in MXFP8_CHIPS else 'Float8CurrentScaling'})")
+    return "delayed"
 
 
 def _recipe_memory(par: dict, precision: str, runtime: str, zero: int, notes: list[str]) -> tuple[bool, bool, float]:
@@ -710,7 +735,8 @@ def _case(row: dict, rid: str, md: dict, hw: dict, par: dict, notes: list[str], 
                                 account_for_embedding=acc_emb, account_for_loss=acc_loss, pipeline_layout=layout,
                                 execution=execution, zero3_impl=zero3_impl, tp_comm_overlap=tp_overlap,
                                 runtime=runtime, attention_kernel=str(par.get("attention_kernel") or ""),
-                                fp8_recipe=str(par.get("fp8_recipe") or ""), balanced_partition=balanced,
+                                fp8_recipe=_fp8_recipe(par, _precision(par.get("precision")), runtime, chip.id, notes),
+                                balanced_partition=balanced,
                                 fp8_output_proj=bool(par.get("fp8_output_proj", False)),
                                 distribute_saved_activations=_distributed_saved(par, par_int("tp"), sp, notes),
                                 # Megatron --use-tp-pp-dp-mapping (NeMo / MLPerf TP_PP_DP_MAPPING=True)
