@@ -726,6 +726,7 @@ def _case(row: dict, rid: str, md: dict, hw: dict, par: dict, notes: list[str], 
             # (NVIDIA-NeMo/Megatron-Bridge@067f987d src/megatron/bridge/recipes/llama/h100/llama3.py)
             sp = par_int("tp") > 1
             notes.append(f"sequence parallelism unstated: {'on' if sp else 'off'} (Megatron-Bridge recipe default)")
+        precision = _precision(par.get("precision"))
         strategy = StrategySpec(tp=par_int("tp"), pp=pp, dp=par_int("dp"), cp=par_int("cp"), ep=par_int("ep"),
                                 etp=par_int("etp"), zero=_zero(par), micro_batch=mb, vpp=vpp,
                                 recompute=_recompute(par.get("recompute")),
@@ -735,7 +736,7 @@ def _case(row: dict, rid: str, md: dict, hw: dict, par: dict, notes: list[str], 
                                 account_for_embedding=acc_emb, account_for_loss=acc_loss, pipeline_layout=layout,
                                 execution=execution, zero3_impl=zero3_impl, tp_comm_overlap=tp_overlap,
                                 runtime=runtime, attention_kernel=str(par.get("attention_kernel") or ""),
-                                fp8_recipe=_fp8_recipe(par, _precision(par.get("precision")), runtime, chip.id, notes),
+                                fp8_recipe=_fp8_recipe(par, precision, runtime, chip.id, notes),
                                 balanced_partition=balanced,
                                 fp8_output_proj=bool(par.get("fp8_output_proj", False)),
                                 distribute_saved_activations=_distributed_saved(par, par_int("tp"), sp, notes),
@@ -755,11 +756,11 @@ def _case(row: dict, rid: str, md: dict, hw: dict, par: dict, notes: list[str], 
                                 # dp_shard x cp / Megatron-FSDP dp·cp / --num-distributed-optimizer-instances
                                 fsdp_shard=par_int("fsdp_shard") if par.get("fsdp_shard") not in (None, 0) else 0,
                                 **dict(zip(("grad_reduce_bf16", "fp8_param_gather", "optimizer_bytes_per_param"),
-                                           _recipe_memory(par, _precision(par.get("precision")), runtime,
+                                           _recipe_memory(par, precision, runtime,
                                                           _zero(par), notes), strict=True)))
         job = JobSpec(global_batch=par_int("global_batch_seqs", None),
                       seq_len=_int_of(md, "seq_len", 2048, src, f"rows[{rid}].model"),
-                      precision=_precision(par.get("precision")))
+                      precision=precision)
         check_strategy(strategy, model, job, cluster.devices)    # what `backtest` will estimate must be valid
     except SpecError as e:
         raise InputError(src, f"rows[{rid}].{e.field}", e.reason) from None

@@ -22,18 +22,8 @@ import os
 
 import torch
 import torch.nn.functional as F
+from gpu_timing import events_s
 from torch.nn.attention import SDPBackend, sdpa_kernel
-
-
-def _events_s(fn, iters: int) -> float:
-    torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(iters):
-        fn()
-    b.record()
-    b.synchronize()
-    return a.elapsed_time(b) / 1e3 / iters
 
 
 def point(backend, b: int, heads: int, seq: int, d: int, iters: int) -> dict:
@@ -57,8 +47,8 @@ def point(backend, b: int, heads: int, seq: int, d: int, iters: int) -> dict:
         for fn in (fwd, fwd_bwd):          # warm-up (kernel selection, workspace)
             fn()
             fn()
-        f_s = _events_s(fwd, iters)
-        fb_s = _events_s(fwd_bwd, iters)
+        f_s = events_s(fwd, iters)
+        fb_s = events_s(fwd_bwd, iters)
     except RuntimeError as e:             # backend not available for this shape
         row["error"] = str(e).splitlines()[0][:200]
         return row
