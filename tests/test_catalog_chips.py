@@ -129,7 +129,9 @@ VENDOR_FIGURES = {
     # the same datasheet, GB300 NVL72 per GPU (Tensor Core rows with sparsity, halved; FP4 printed dense)
     "gb300": {"bf16": 2500, "fp16": 2500, "fp8": 5000, "tf32": 1250, "fp32": 80, "fp4": 15000, "hbm": 8000, "cap": 279,
               "dpn": 4},
-    "mi355x": {"hbm": 8000, "cap": 288},                                   # The Register 2025-06-12
+    # AMD's dense figures (ml-engineering's TFLOPS table and clock formula; the MI355X datasheet / MI350X brochure)
+    "mi355x": {"bf16": 2516.6, "fp16": 2516.6, "fp8": 5033.2, "fp32": 157.3, "hbm": 8000, "cap": 288, "dpn": 8},
+    "mi350x": {"bf16": 2309.6, "fp16": 2309.6, "fp8": 4614, "fp32": 144.2, "hbm": 8000, "cap": 288, "dpn": 8},
 }
 
 
@@ -154,7 +156,8 @@ def test_every_listed_chip_is_plannable_or_says_why_not() -> None:
         assert rows[cid] == "no: measured.gemm_efficiency.bf16 unknown", (cid, rows[cid])
     # B300: MAMF bf16 / fp8 (ml-engineering), no fp32 curve; one ConnectX-8 per GPU (DGX B300)
     assert rows["b300"] == "yes: bf16 fp16 fp8 fp4"
-    assert rows["mi355x"].startswith("no: peak_tflops.bf16")
+    # CDNA 4: HipKittens' public GEMM sweeps (bf16 on MI355X, fp8 on both; MI350X's bf16 transferred); no TF32 path
+    assert rows["mi355x"] == "yes: bf16 fp16 fp8" and rows["mi350x"] == "yes: bf16 fp16 fp8"
     assert all(v.startswith(("yes: ", "no: ")) for v in rows.values())
 
 

@@ -200,9 +200,9 @@ def test_hybrid_sharding_is_kept_where_it_divides_the_new_data_parallel_group():
 
 def test_shipped_index_names_the_device_of_runs_loaded_on_a_stand_in_chip():
     """A corpus run not scored because its device is outside the catalog (an H100 96GB HBM2e at 500 W loaded on
-    h100-sxm5-80g, an MI350X on mi355x) is indexed under the device its source names, read here
+    h100-sxm5-80g) is indexed under the device its source names, read here
     from the corpus files themselves, so `plan` never says it was measured on the catalog chip; a run excluded
-    for another reason (MI355X without a peak, an incomplete configuration) keeps its catalog chip."""
+    for another reason (TPU runs, an incomplete configuration) keeps its catalog chip."""
     import yaml
     by_id = {r.id: r for r in load_recipes(shipped_recipes_path())}
     stand_in = other = 0
@@ -218,5 +218,5 @@ def test_shipped_index_names_the_device_of_runs_loaded_on_a_stand_in_chip():
             else:
                 other += 1
                 assert r.chip in set(CAT.names("chips")), raw["id"]
-    # Grand Teton H100 rows and 2 MI350X; MI355X and incomplete configurations (GB300 and fp4 rows are scored)
+    # Grand Teton H100 rows; TPU runs and incomplete configurations (GB300 and fp4 rows are scored)
     assert stand_in >= 24 and other >= 10

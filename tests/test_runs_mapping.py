@@ -72,12 +72,12 @@ def test_gpu_model_text_names_the_catalog_chip():
     # each is a chip file in chips/: the more specific name wins (GB200 is not a B200, H200 not an H20)
     for text, cid in (("GB200 NVL72", "gb200"), ("NVIDIA GB300", "gb300"), ("NVIDIA B200", "b200"), ("B300", "b300"), ("H200", "h200-sxm-141g"),
                       ("NVIDIA H20", "h20"), ("A100 80GB PCIe", "a100-pcie-80g"), ("A800", "a800-sxm4-80g"),
-                      ("AMD Instinct MI325X", "mi325x"), ("TPU v5p", "tpu-v5p"), ("Trillium", "tpu-v6e"),
+                      ("AMD Instinct MI325X", "mi325x"), ("AMD Instinct MI350X", "mi350x"), ("TPU v5p", "tpu-v5p"), ("Trillium", "tpu-v6e"),
                       ("Intel Gaudi 3", "gaudi3"), ("AWS Trainium2", "trainium2"), ("Ascend 910", "ascend-910a"),
                       ("Ascend 910B3", "ascend-910b"), ("Kunlun P800", "kunlun-p800")):
         assert chip(text) == cid, text
         Catalog.create().chip(cid, "t", "chip")
     row = yaml.safe_load(yaml.safe_dump(ROW))
-    row["hardware"]["gpu_model"] = "AMD Instinct MI350X"      # no pattern, no chip file: the row must name hardware.chip
+    row["hardware"]["gpu_model"] = "AMD Instinct MI455X"      # no pattern, no chip file: the row must name hardware.chip
     with pytest.raises(InputError, match="unknown gpu_model"):
         case_from_row(row, Catalog.create(), "test.yaml")

@@ -39,7 +39,7 @@ _GPU_MAP = (
     (r"A100", "a100-sxm4-80g"), (r"A800", "a800-sxm4-80g"),
     (r"H100.*PCIe", "h100-pcie-80g"), (r"H100", "h100-sxm5-80g"), (r"H800", "h800-sxm5-80g"),
     (r"H200", "h200-sxm-141g"), (r"H20(?!\d)", "h20"), (r"V100.*16", "v100-sxm2-16g"), (r"V100", "v100-sxm2-32g"),
-    (r"MI355X", "mi355x"), (r"MI325X", "mi325x"), (r"MI300X", "mi300x"), (r"MI250X", "mi250x-gcd"),
+    (r"MI355X", "mi355x"), (r"MI350X", "mi350x"), (r"MI325X", "mi325x"), (r"MI300X", "mi300x"), (r"MI250X", "mi250x-gcd"),
     (r"910C", "ascend-910c"), (r"910B", "ascend-910b"), (r"910A|Ascend[ -]?910(?![BC\d])", "ascend-910a"),
     (r"Gaudi ?3", "gaudi3"), (r"Gaudi ?2", "gaudi2"),
     (r"TPU ?v6e|Trillium", "tpu-v6e"), (r"TPU ?v5p", "tpu-v5p"), (r"TPU ?v5e|TPU ?v5 ?lite", "tpu-v5e"),
