@@ -333,6 +333,38 @@ def _gemm_timer(memo: dict | None, r: ChipRates) -> Callable[..., float]:
     return timed
 
 
+# Transformer Engine's userbuffers issue each overlapped GEMM in pieces along M, one per chunk of the collective
+# (transformer_engine/pytorch/module/base.py @ d0067d0, initialize_ub defaults): "ring_exchange" for the qkv / fc1
+# forward (all-gather) and the proj / fc2 dgrad (reduce-scatter), num_splits = tp; "pipeline" for the proj / fc2
+# forward, num_splits = 4; "bulk" (qkv / fc1 dgrad and wgrad) runs whole GEMMs. Megatron-Bridge's presets
+# (src/megatron/bridge/training/comm_overlap.py @ 067f987) keep those and run the proj / fc2 forward as ring exchange
+# in every fp8 preset. A piece is a GEMM of its own size on the chip's curve: measured on 1x H200
+# (benchmarks/real/tp_overlap_sm.py), 4 pieces cost +1..+3 % on Llama 3 70B's fc2 GEMMs, +10..+50 % on fc1 / proj / qkv
+UB_PIPELINE_SPLITS = 4
+_UB_AG_FPROP = ("qkv", "mlp_up")        # ring exchange forward
+_UB_RS = ("attn_proj", "mlp_down")      # pipeline (16-bit) or ring exchange (fp8) forward; ring exchange dgrad
+
+
+def _pieces(g: Gemm, c: int) -> Gemm:
+    """g issued as c GEMMs of M/c rows each."""
+    return Gemm(g.name, g.m / c, g.n, g.k, g.count * c, g.kind)
+
+
+def ub_split_extra_s(lin: list[Gemm], tp: int, gemm_s: Callable[..., float],
+                     quantized: bool = False) -> tuple[float, float]:
+    """(forward, backward) seconds per layer and micro-batch that TP-overlap's GEMM pieces take beyond the whole GEMMs
+    (`quantized`: an fp8 / fp4 job, whose presets ring-exchange the proj / fc2 forward too)."""
+    xf = xb = 0.0
+    for g in lin:
+        if g.name in _UB_AG_FPROP:
+            xf += gemm_s(_pieces(g, tp)) - gemm_s(g)
+        elif g.name in _UB_RS:
+            xf += gemm_s(_pieces(g, tp if quantized else UB_PIPELINE_SPLITS)) - gemm_s(g)
+            d = Gemm(g.name, g.m, g.k, g.n, g.count, g.kind)      # its dgrad: M x in-features, over out-features
+            xb += gemm_s(_pieces(d, tp), bwd=True) - gemm_s(d, bwd=True)
+    return max(0.0, xf), max(0.0, xb)
+
+
 def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, tokens: float, sp: bool, std: bool,
                  links: tuple, moe: bool, meas: LayerProfile | None = None, window: bool = False,
                  memo: dict | None = None) -> dict[str, float]:
@@ -462,6 +494,11 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
         # only the part longer than those GEMMs, and the pipeline fill, stays exposed
         t_tp = max(t_tp - g_f, TP_OVERLAP_RESIDUAL * t_tp)
         t_tp_b = max(t_tp_b - 2 * g_f, TP_OVERLAP_RESIDUAL * t_tp_b)
+        # and the GEMMs run in pieces (ub_split_extra_s), also beside a measured profile, whose layers ran whole
+        # GEMMs; a recomputed forward splits again
+        ub_f, ub_b = ub_split_extra_s(lin, s.tp, gemm_s, r.dtype in QUANTIZED_PRECISIONS)
+        lf += ub_f
+        lb += ub_b
     # Expert parallel: dispatch + combine all-to-all per pass (4 per layer per micro-batch).
     t_ep = mt.ep_s if mt is not None else 0.0
     # Context parallelism: the runtime's ring (or all-gather) of K/V blocks against the attention steps
