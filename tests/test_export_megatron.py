@@ -388,10 +388,18 @@ def test_cli_export_writes_all_files(tmp_path):
     counts = [st["layers"][1] - st["layers"][0] for st in doc["pipelines"][0]["stages"]]
     assert len(counts) == 8 and sum(counts) == 126 and len(set(counts)) > 1
     a = args_of(doc)
-    if counts[0] != counts[1]:
-        assert a["--decoder-first-pipeline-num-layers"] == str(counts[0])
-    if counts[-1] != counts[1]:
-        assert a["--decoder-last-pipeline-num-layers"] == str(counts[-1])
+    st = doc["strategy"]
+    if st.get("account_for_embedding") or st.get("account_for_loss"):
+        # the uneven split is Megatron's own when the embedding / loss count as layers: 126 + 2 over 8 stages of 16
+        assert ("--account-for-embedding-in-pipeline-split" in a) == bool(st.get("account_for_embedding"))
+        assert ("--account-for-loss-in-pipeline-split" in a) == bool(st.get("account_for_loss"))
+        assert counts == [16 - bool(st.get("account_for_embedding"))] + [16] * 6 + [16 - bool(st.get("account_for_loss"))]
+        assert "--decoder-first-pipeline-num-layers" not in a and "--decoder-last-pipeline-num-layers" not in a
+    else:
+        if counts[0] != counts[1]:
+            assert a["--decoder-first-pipeline-num-layers"] == str(counts[0])
+        if counts[-1] != counts[1]:
+            assert a["--decoder-last-pipeline-num-layers"] == str(counts[-1])
     p0 = doc["pipelines"][0]
     assert a["--global-batch-size"] == str(p0["replicas"] * p0["micro_batches"] * doc["strategy"]["micro_batch"])
     assert (tmp_path / "launch.sh").stat().st_mode & 0o111
