@@ -1,6 +1,7 @@
-"""What the device micro-benchmarks share (cp_ring_overhead.py, a2a_overlap.py, collective_contention.py): CUDA-event
-timing of a callable and rank 0's JSON output. Needs torch; imported by scripts run as
-`torchrun benchmarks/real/NAME.py` (their folder is on sys.path)."""
+"""What the device micro-benchmarks share (cp_ring_overhead.py, a2a_overlap.py, collective_contention.py, the one-GPU
+sdpa_long_seq.py and tp_overlap_sm.py): CUDA-event timing of a callable and rank 0's JSON output (the only rank
+when no process group is set up). Needs torch; imported by scripts run as `torchrun benchmarks/real/NAME.py` or
+`python benchmarks/real/NAME.py` (their folder is on sys.path)."""
 
 from __future__ import annotations
 
@@ -57,15 +58,20 @@ def outlasting_contention(op, per_s: float, comm, comm_s: float, stream, iters: 
     return (reps, *contention_s(chain, comm, comm_s, stream, iters))
 
 
+def _rank0() -> bool:
+    return not dist.is_initialized() or dist.get_rank() == 0
+
+
 def emit(row: dict) -> None:
     """Print one result row as a JSON line on rank 0."""
-    if dist.get_rank() == 0:
+    if _rank0():
         print(json.dumps(row), flush=True)
 
 
-def write_rows(rows: list[dict], path: str) -> None:
-    """Rank 0 writes every row to `path` (a JSON list), creating its folder; no path: nothing."""
-    if dist.get_rank() == 0 and path:
+def write_rows(rows: list[dict] | dict, path: str) -> None:
+    """Rank 0 writes `rows` (a JSON list of rows, or a document holding them) to `path`, creating its folder; no
+    path: nothing."""
+    if _rank0() and path:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         with open(path, "w") as f:
             json.dump(rows, f, indent=1)

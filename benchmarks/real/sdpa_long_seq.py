@@ -17,12 +17,10 @@ Prints one JSON line per point and writes them all to --out. Torch only.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 
 import torch
 import torch.nn.functional as F
-from gpu_timing import events_s
+from gpu_timing import emit, events_s, write_rows
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 
@@ -68,20 +66,17 @@ def main() -> None:
     rows = []
     meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
             "cudnn": torch.backends.cudnn.version()}
-    print(json.dumps(meta), flush=True)
+    emit(meta)
     shapes = [(16384 // s, 16, s) for s in (2048, 4096, 8192, 16384)]          # the paper's: 16k tokens, 16 heads
     shapes += [(1, args.heads, s) for s in (4096, 8192, 16384, 32768, 65536, 131072)]
     for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION):
         for b, heads, seq in shapes:
             iters = max(3, args.iters * 8192 // seq) if seq <= 8192 else max(3, args.iters // (seq // 8192))
             r = point(backend, b, heads, seq, 128, iters)
-            print(json.dumps(r), flush=True)
+            emit(r)
             rows.append(r)
             torch.cuda.empty_cache()
-    if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    write_rows({"meta": meta, "rows": rows}, args.out)
 
 
 if __name__ == "__main__":

@@ -18,11 +18,9 @@ This times, per GEMM shape of a TP-sharded layer (M tokens x K -> N), bf16:
 from __future__ import annotations
 
 import argparse
-import json
-import os
 
 import torch
-from gpu_timing import events_s
+from gpu_timing import emit, events_s, write_rows
 
 # (name, M, K, N): Llama 3 70B (h 8192, ffn 28672, 64 q / 8 kv heads of 128) and 8B (h 4096, ffn 14336) at
 # 8192 tokens per micro-batch, sharded over tp
@@ -103,12 +101,9 @@ def main() -> None:
             torch.mm(torch.randn(m, k, device="cuda", dtype=torch.bfloat16),
                      torch.randn(k, n, device="cuda", dtype=torch.bfloat16))
         r = {**meta, **point(name, m, k, n, args.iters)}
-        print(json.dumps(r), flush=True)
+        emit(r)
         rows.append(r)
-    if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump(rows, f, indent=1)
+    write_rows(rows, args.out)
 
 
 if __name__ == "__main__":
