@@ -16,6 +16,7 @@ micro-batch, with A = b s h x 2 B the checkpointed layer input and t = tp:
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import yaml
@@ -108,6 +109,25 @@ def test_runs_loader_reads_partition_activations(tmp_path):
     assert not c.strategy.distribute_saved_activations
     assert any("inert" in n for n in c.assumptions)
 
+
+
+def test_runs_loader_reads_megatron_2020_flag_name(tmp_path):
+    """Megatron-LM called the switch --distribute-checkpointed-activations from d6c4248b (2020-09) until its rename;
+    metaseq's OPT-175B launcher passes that name (benchmarks/corpus/opt2022.yaml). Its checkpoints then hold 1/tp of
+    each layer input: 96 layers x 8 x 2048 x 12288 x 2 B / 8 ranks, 4.5 GiB where the whole input would be 36 GiB."""
+    rows = yaml.safe_load(open("benchmarks/corpus/opt2022.yaml"))
+    row = rows["rows"][0]
+    assert "--distribute-checkpointed-activations" in row["parallel"]["recompute"]
+    row["parallel"]["runtime"] = "megatron"       # one that runs fp16 (the row's own, metaseq, is not modelled)
+    p = tmp_path / "r.yaml"
+    p.write_text(yaml.safe_dump({"schema_version": 1, "rows": [row]}))
+    (c,) = load_runs(str(p), Catalog.create([]))
+    assert c.strategy.distribute_saved_activations
+    off = replace(c.strategy, distribute_saved_activations=False)
+    on_gib = estimate(c.model, c.cluster, c.job, c.strategy).peak_memory_gib
+    off_gib = estimate(c.model, c.cluster, c.job, off).peak_memory_gib
+    saved_gib = 96 * 8 * 2048 * 12288 * 2 * (1 - 1 / 8) / 2**30
+    assert off_gib - on_gib == pytest.approx(saved_gib, rel=0.05)
 
 def test_plan_file_evaluate_and_exports_carry_it():
     from _plan_docs import LLAMA3_70B

@@ -104,10 +104,12 @@ def _modelled_modules(par: dict, notes: list[str]) -> str:
 def _distributed_saved(par: dict, tp: int, sp: Any, notes: list[str]) -> bool:
     """Whether full recomputation keeps 1/tp of each checkpointed input (StrategySpec.distribute_saved_activations):
     the row's `distribute_saved_activations: true`, or its recompute text naming DeepSpeed's `partition_activations
-    True` or Megatron's --distribute-saved-activations. Only where it acts (tp > 1, full recompute, no SP)."""
+    True`, Megatron's --distribute-saved-activations or its earlier name --distribute-checkpointed-activations
+    (Megatron-LM d6c4248b, 2020-09, until the rename; metaseq passes it). Only where it acts (tp > 1, full
+    recompute, no SP)."""
     text = str(par.get("recompute") or "").lower()
     on = par.get("distribute_saved_activations") is True or bool(
-        re.search(r"partition_activations\W{0,3}true|distribute[-_ ]saved[-_ ]activations", text))
+        re.search(r"partition_activations\W{0,3}true|distribute[-_ ](saved|checkpointed)[-_ ]activations", text))
     if not on:
         return False
     rc = _recompute(par.get("recompute"))
