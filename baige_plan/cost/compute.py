@@ -160,7 +160,8 @@ def gemms_time_s(gemms: list[Gemm], r: ChipRates, bwd: bool = False) -> float:
 
 
 def layer_memory_bytes(model: ModelSpec, tokens: float, micro_batch: int, seq_len: int, tp: int, cp: int,
-                       sp: bool, standard_attention: bool, act_bytes: int, moe: bool) -> tuple[float, float]:
+                       sp: bool, standard_attention: bool, act_bytes: int, moe: bool,
+                       fused_experts: bool = False) -> tuple[float, float]:
     """Bytes moved by the memory-bound (non-GEMM) ops of one layer's forward on one device.
 
     Returns (bytes_outside_attention_core, bytes_attention_core). Counted per element of
@@ -169,7 +170,8 @@ def layer_memory_bytes(model: ModelSpec, tokens: float, micro_batch: int, seq_le
       - 2 norms: read + write of h per token; 2 residual bias-dropout-adds: read x, read residual,
         write out (+1-byte dropout mask when dropout > 0). Without SP every TP rank repeats these
         on all tokens; with SP each handles tokens/tp (Korthikanti 2022, Sec. 4.2.2).
-      - activation: GeLU reads and writes ffn/tp per token; SwiGLU reads 2 ffn/tp, writes ffn/tp.
+      - activation: GeLU reads and writes ffn/tp per token; SwiGLU reads 2 ffn/tp, writes ffn/tp; the routed
+        experts' not where `fused_experts` (their SwiGLU runs in a GEMM epilogue: cost/moe.py fused_grouped_mlp).
       - standard attention core: scale-mask-softmax reads and writes the b*(a/tp)*s*s/cp scores;
         attention dropout reads and writes them again plus a 1-byte mask. Flash attention keeps
         them on chip (0 bytes here).
@@ -180,7 +182,7 @@ def layer_memory_bytes(model: ModelSpec, tokens: float, micro_batch: int, seq_le
     per_tok = 2 * (2 * h) * act_bytes + 2 * (3 * h * act_bytes + drop * h)
     if moe and model.moe is not None:
         e = model.moe
-        width = e.expert_ffn_hidden * e.top_k + e.expert_ffn_hidden * e.shared_experts
+        width = e.expert_ffn_hidden * (0 if fused_experts else e.top_k) + e.expert_ffn_hidden * e.shared_experts
         # experts run on tokens/tp (SP) per rank; routing and token permutation: moe_dispatch_bytes
         act = tokens / tp * width * (3 if model.activation == "swiglu" else 2) * act_bytes
     else:
@@ -199,7 +201,7 @@ ROUTER_BWD_BYTES_PER_LOGIT = 13   # read grad probs, saved probs and routing map
 
 
 def moe_dispatch_bytes(model: ModelSpec, tokens: float, tp: int, ep: int, etp: int,
-                       act_bytes: int) -> tuple[float, float]:
+                       act_bytes: int, dispatcher: str = "alltoall") -> tuple[float, float]:
     """(forward, backward) HBM bytes of one MoE layer's routing and token permutation on one device,
     per micro-batch: Megatron-core's alltoall dispatcher with fused kernels (--moe-router-fusion,
     --moe-permute-fusion; megatron/core/transformer/moe/token_dispatcher.py MoEAlltoAllTokenDispatcher,
@@ -219,7 +221,15 @@ def moe_dispatch_bytes(model: ModelSpec, tokens: float, tp: int, ep: int, etp: i
         backward = h*b*(4A + N + 4R[L>1]) + 13 N E
     (The all-to-alls themselves are communication: estimate.moe_dispatch_comm_s.) The permutations run
     at the copy rate: benchmarks/real/moe_gemm_sweep_h100.raw.json measured a 16384 x top-8 x 2048
-    index_select gather at 3.12 TB/s against a 2.99 TB/s device-to-device copy on H100."""
+    index_select gather at 3.12 TB/s against a 2.99 TB/s device-to-device copy on H100.
+    `dispatcher` "flex" (MoEFlexTokenDispatcher, Megatron-LM token_dispatcher.py @ d98e8a6): the token gather
+    before the exchange and the final weighted unpermutation are the communication kernels' own work -- HybridEP's
+    hybrid_ep_dispatch reads the source tokens and permutes what it receives (`get_permuted_hidden_states_by_experts`
+    returns its output as is), hybrid_ep_combine unpermutes and reduces the k copies of a token; DeepEP's fused
+    dispatch / combine do the same, with one fused TE permute of the received rows and its inverse around the
+    experts (_DeepepManager) -- and there is no sort_chunks_by_idxs pass. What stays is one permutation of the R
+    received rows and its inverse (read + write each), and the router:
+        forward = h*b*4R + 9 N E,  backward = h*b*(4R + A) + 13 N E"""
     e = model.moe
     assert e is not None
     h = model.hidden
@@ -228,6 +238,9 @@ def moe_dispatch_bytes(model: ModelSpec, tokens: float, tp: int, ep: int, etp: i
     rcv = a * etp
     sort = 4 * rcv if e.experts / ep > 1 else 0.0
     logits = n * e.experts
+    if dispatcher == "flex":
+        return (h * act_bytes * 4 * rcv + ROUTER_FWD_BYTES_PER_LOGIT * logits,
+                h * act_bytes * (4 * rcv + a) + ROUTER_BWD_BYTES_PER_LOGIT * logits)
     fwd = h * act_bytes * (3 * a + n + sort) + ROUTER_FWD_BYTES_PER_LOGIT * logits
     bwd = h * act_bytes * (4 * a + n + sort) + ROUTER_BWD_BYTES_PER_LOGIT * logits
     return fwd, bwd

@@ -385,7 +385,7 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
         # the layer's GEMMs, kept in the search's memo by everything _gemm_set reads (the strategies of a search
         # repeat them: many differ only in knobs the GEMMs do not see); read-only there, fresh lists here
         gkey = ("gemm-set", model, seq, moe, window, s.micro_batch, s.cp, s.tp, s.ep, s.etp, s.runtime, s.execution,
-                s.sequence_parallel, s.attention)
+                s.sequence_parallel, s.attention, s.moe_fused_mlp)
         kept = memo.get(gkey)
         if kept is None:
             kept = memo[gkey] = tuple(tuple(x) for x in _gemm_set(model, s, seq, moe, window))
@@ -399,7 +399,9 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
     g_f = sum(gemm_s(g) * (load if g.name.startswith("expert_") else 1.0) for g in lin)
     a_f = sum(gemm_s(g) for g in att)
     a_b = sum(gemm_s(g, passes=2, bwd=True) for g in att)
-    out_b, core_b = layer_memory_bytes(model, tokens, s.micro_batch, seq, s.tp, s.cp, sp, std, act_bytes, moe)
+    fused_mlp = s.moe_fused_mlp and mt is not None     # TE's fused grouped MLP (cost/moe.py fused_grouped_mlp)
+    out_b, core_b = layer_memory_bytes(model, tokens, s.micro_batch, seq, s.tp, s.cp, sp, std, act_bytes, moe,
+                                       fused_experts=fused_mlp)
     m_f = (out_b + core_b) / r.hbm_Bps
     m_b = 2 * m_f
     uf = runtimes.get(s.runtime).unfused
@@ -415,8 +417,11 @@ def _layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, seq: int, toke
         # Transformer Engine quantises every GEMM input in the forward and the output gradients in the backward,
         # at the recipe's bytes per element (cost/fp8.py: fp8 recipes, NVFP4)
         qb = fp8_quantize_bytes(quant_recipe(s, r.chip, r.dtype))
-        q_f = sum(g.count * g.m * g.k for g in lin if g.kind != SIXTEEN_BIT_KIND) * qb
-        q_b = sum(g.count * g.m * g.n for g in lin if g.kind != SIXTEEN_BIT_KIND) * qb
+        # TE's fused grouped MLP quantises FC2's input and FC1's output gradient in its GEMM epilogues
+        q_f = sum(g.count * g.m * g.k for g in lin if g.kind != SIXTEEN_BIT_KIND
+                  and not (fused_mlp and g.name == "expert_down")) * qb
+        q_b = sum(g.count * g.m * g.n for g in lin if g.kind != SIXTEEN_BIT_KIND
+                  and not (fused_mlp and g.name == "expert_up")) * qb
         m_f += q_f / r.hbm_Bps
         m_b += q_b / r.hbm_Bps
     core_f = a_f + core_b / r.hbm_Bps

@@ -46,6 +46,9 @@ from baige_plan.cost.compute import ChipRates, gemm_time_s, moe_dispatch_bytes
 from baige_plan.cost.execution import GRACE_HOST_CHIPS, LAUNCH_HOST, LaunchHost
 from baige_plan.cost.flops import Gemm, expert_load_factor, tokens_per_expert
 from baige_plan.cost.fp8 import quant_recipe
+from baige_plan.errors import SpecError
+from baige_plan.specs.calibration import CHIP_FAMILY_OF
+from baige_plan.specs.chip import ChipSpec
 from baige_plan.specs.job import QUANTIZED_PRECISIONS
 from baige_plan.specs.model import ModelSpec
 from baige_plan.specs.strategy import StrategySpec
@@ -98,6 +101,35 @@ TORCHTITAN_ROUTE_BWD_BYTES = 115.5
 QUANT_KERNEL_DEVICE_S = 3.74e-6
 
 
+# Chip families whose compute capability is 10.x (sm100 / sm103), where Transformer Engine's CuTe-DSL fused grouped MLP
+# runs (ops/fused/grouped_mlp.py is_supported: get_device_compute_capability()[0] == 10)
+FUSED_GROUPED_MLP_FAMILIES = ("blackwell", "blackwell_ultra")
+FUSED_GROUPED_MLP_RECIPES = ("mxfp8", "nvfp4")      # fuse_grouped_mlp_ops: recipe.mxfp8() or recipe.nvfp4()
+
+
+def fused_grouped_mlp(model: ModelSpec, s: StrategySpec, chip: ChipSpec, recipe: str) -> bool:
+    """Whether the MoE experts run as Transformer Engine's fused grouped MLP (StrategySpec.moe_fused_mlp): FC1 + SwiGLU +
+    router-probability scaling + quantisation of FC2's input as one CuTe-DSL grouped GEMM kernel and FC2 as one grouped
+    GEMM, the backward's FC2 dgrad + SwiGLU gradient + quantisation likewise (TE ops/fused/grouped_mlp.py @ d0067d0,
+    through cuDNN frontend's grouped_gemm_*_wrapper_sm100). So the experts' activation pass, FC2's input and FC1's
+    output-gradient quantisation passes, TE's per-expert Fp8Padding and per-expert quantisation kernels are not run,
+    and the expert GEMMs are grouped launches. Raises where the runtime, chip, recipe or activation cannot run it."""
+    if not s.moe_fused_mlp:
+        return False
+    why = None
+    if s.runtime not in TE_GROUPED_MLP_RUNTIMES or s.execution != "fused":
+        why = f"runtime {s.runtime} ({s.execution}) does not run Transformer Engine's op fuser"
+    elif CHIP_FAMILY_OF.get(chip.id) not in FUSED_GROUPED_MLP_FAMILIES:
+        why = f"chip {chip.id} is not compute capability 10 (Blackwell), which its CuTe-DSL kernels need"
+    elif recipe not in FUSED_GROUPED_MLP_RECIPES:
+        why = f"it runs block-scaled recipes (mxfp8, nvfp4), not {recipe or 'a 16-bit job'}"
+    elif model.activation != "swiglu":
+        why = f"it fuses a gated (SwiGLU-type) activation, not {model.activation}"
+    if why:
+        raise SpecError("moe_fused_mlp", f"Transformer Engine's fused grouped MLP: {why}")
+    return True
+
+
 def expert_gemm_kind(s: StrategySpec) -> str:
     """Gemm kind of the expert GEMMs as `s.runtime` launches them (flops.linear_gemms, compute.gemm_time_s):
     runtimes whose experts are one grouped launch (GROUPED_EXPERT_RUNTIMES: torchtitan's torch._grouped_mm,
@@ -108,6 +140,8 @@ def expert_gemm_kind(s: StrategySpec) -> str:
         return "expert_grouped"
     if s.execution == "eager":
         return "linear"
+    if s.moe_fused_mlp:
+        return "expert_grouped"     # TE's fused grouped MLP: grouped CuTe-DSL GEMMs (fused_grouped_mlp)
     return "expert_streams" if s.runtime in TE_GROUPED_MLP_RUNTIMES else "expert_grouped"
 
 
@@ -301,18 +335,29 @@ def moe_layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, tokens: flo
     `lin`: the layer's weight GEMMs (flops.linear_gemms), whose grouped expert GEMMs set the torch._grouped_mm
     backward term; `ep_split`: the EP group's node split when it spans nodes (ep_node_split)."""
     load = moe_load(model, s, tokens)
+    dispatcher = s.moe_dispatcher or MOE_DISPATCHER
     if eager_torchtitan_routing(s):
         d_f, d_b = torchtitan_route_bytes(model, tokens, s.tp, s.etp)
     else:
-        d_f, d_b = moe_dispatch_bytes(model, tokens, s.tp, s.ep, s.etp, r.act_bytes)
+        d_f, d_b = moe_dispatch_bytes(model, tokens, s.tp, s.ep, s.etp, r.act_bytes, dispatcher)
     quant_s = 0.0
-    if r.dtype in QUANTIZED_PRECISIONS and s.execution != "eager" and s.runtime in TE_GROUPED_MLP_RUNTIMES:
+    recipe = quant_recipe(s, r.chip, r.dtype) if r.dtype in QUANTIZED_PRECISIONS else ""
+    if fused_grouped_mlp(model, s, r.chip, recipe):
+        # one grouped quantisation of FC1's input (forward) / FC2's output gradient (backward) a pass. The fused path
+        # (Megatron-core >= 0.18, experts.py) still pads each expert's rows with Fp8Padding after an alltoall
+        # dispatcher, not after HybridEP, which pads inside its dispatch (moe_utils.skip_routed_expert_padding)
+        quant_s = QUANT_KERNEL_DEVICE_S
+        if dispatcher != "flex":
+            align = FP4_ROW_ALIGN if r.dtype == "fp4" else FP8_ROW_ALIGN
+            pad = fp8_padding_bytes(model, tokens, s.tp, s.ep, s.etp, r.act_bytes, moe_router(s.runtime), align) * load
+            d_f += pad
+            d_b += pad
+    elif r.dtype in QUANTIZED_PRECISIONS and s.execution != "eager" and s.runtime in TE_GROUPED_MLP_RUNTIMES:
         align = FP4_ROW_ALIGN if r.dtype == "fp4" else FP8_ROW_ALIGN
         pad = fp8_padding_bytes(model, tokens, s.tp, s.ep, s.etp, r.act_bytes, moe_router(s.runtime), align) * load
         d_f += pad
         d_b += pad
-        quant_s = fp8_quant_kernels(model, s, quant_recipe(s, r.chip, r.dtype)) * QUANT_KERNEL_DEVICE_S
-    dispatcher = s.moe_dispatcher or MOE_DISPATCHER
+        quant_s = fp8_quant_kernels(model, s, recipe) * QUANT_KERNEL_DEVICE_S
     t_ep = moe_dispatch_comm_s(model, tokens, s.tp, s.ep, s.etp, r.act_bytes, ep_link, etp_link, dispatcher,
                                ep_split=ep_split) * load
     extra = 0.0
@@ -415,6 +460,11 @@ def moe_layer_launches(model: ModelSpec, s: StrategySpec, recipe: str = "") -> M
     # expert and linear one GEMM (forward) or two (dgrad, wgrad) and the input / output-gradient quantisation
     exp_f = Launches(te_modules=2, eager=1 + 2 * fp8, gemms=2 * local, small=2 * (q * local + per_linear_fused))
     exp_b = Launches(te_modules=2, eager=1 + 2 * fp8, gemms=4 * local, small=2 * (q * local + per_linear_fused))
+    if s.moe_fused_mlp:
+        # TE's fused grouped MLP (fused_grouped_mlp): one op-fuser call, grouped kernels (FC1+SwiGLU+quantise, FC2;
+        # backward FC2 dgrad+dSwiGLU+quantise, FC1 dgrad, two grouped wgrads), one grouped quantisation a pass
+        exp_f = Launches(te_modules=1, gemms=2, small=1)
+        exp_b = Launches(te_modules=1, gemms=4, small=1)
     if "full" in scopes:      # every layer (or the iteration) replayed from a graph: no per-kernel host work
         return MoeLayerLaunches(Launches(), Launches(), Launches(), Launches())
     if "attn" in scopes:

@@ -273,6 +273,21 @@ def _moe_a2a_overlap(row: dict, par: dict, notes: list[str]) -> bool:
     return False
 
 
+def _moe_fused_mlp(row: dict, par: dict, notes: list[str]) -> bool:
+    """Whether a row ran Transformer Engine's fused grouped MLP (StrategySpec.moe_fused_mlp; cost/moe.py
+    fused_grouped_mlp): `parallel.moe_fused_mlp` when given, else its `model.moe.routing` recipe note naming
+    Megatron-Bridge's `cutedsl_fused_grouped_mlp` (scripts/performance/utils/overrides.py: use_transformer_engine_op_fuser
+    with NVTE_CUTEDSL_FUSED_GROUPED_MLP=1) or TE's fused grouped MLP (not "no ...")."""
+    if par.get("moe_fused_mlp") is not None:
+        return bool(par["moe_fused_mlp"])
+    for low in _routing_notes(row):
+        if re.search(r"(?<!no )(cutedsl_fused_grouped_mlp|cute-dsl fused grouped|fused grouped (expert )?mlp)", low):
+            notes.append("MoE experts as Transformer Engine's fused grouped MLP (cutedsl_fused_grouped_mlp) from the "
+                         "row's recipe")
+            return True
+    return False
+
+
 # Transformer Engine's fp8 recipes by release: DelayedScaling only before 2.0; MXFP8BlockScaling (Blackwell) from the
 # TE 2.0 code (NVIDIA/TransformerEngine 544dd14b4, 2025-02-07, first tagged v2.1); Float8CurrentScaling from v2.2
 # (77fa1e596, 2025-03-07). A NeMo container before 25.01 (Blackwell) / 25.04 (others) ships a TE without them.
@@ -752,6 +767,7 @@ def _case(row: dict, rid: str, md: dict, hw: dict, par: dict, notes: list[str], 
                                            strict=True)),
                                 moe_dispatcher=_moe_dispatcher(row, par, notes) if model.moe is not None else "",
                                 moe_a2a_overlap=_moe_a2a_overlap(row, par, notes) if model.moe is not None else False,
+                                moe_fused_mlp=_moe_fused_mlp(row, par, notes) if model.moe is not None else False,
                                 recompute_early_stop=_recompute_early_stop(par, runtime, notes),
                                 loss_kernel=_loss_kernel(par, notes),
                                 # HSDP shard group (StrategySpec.fsdp_shard): FSDP1 HYBRID_SHARD / torchtitan

@@ -101,6 +101,11 @@ class StrategySpec:
     # projections run again instead of keeping Q, K, V), moe_act (the experts' activation function), layernorm
     # (the two norms' outputs); cost/memory.py layer_activation_bytes, cost/estimate.py _layer_terms
     recompute_modules: str = ""
+    # Transformer Engine's fused grouped MLP (TE op fuser, NVTE_CUTEDSL_FUSED_GROUPED_MLP=1; Megatron-core
+    # --use-transformer-engine-op-fuser): the experts' FC1 + SwiGLU + probability scaling + quantisation of FC2's input
+    # as one CuTe-DSL grouped kernel, FC2 as one grouped GEMM (TE ops/fused/grouped_mlp.py @ d0067d0: MXFP8 / NVFP4
+    # recipes, compute capability 10); cost/moe.py fused_grouped_mlp
+    moe_fused_mlp: bool = False
     moe_a2a_overlap: bool = False           # Megatron-core overlap_moe_expert_parallel_comm: one micro-batch's
                                             # forward runs beside another's backward, layer by layer, so each
                                             # one's EP all-to-alls overlap the other's compute (cost/moe.py
@@ -177,6 +182,7 @@ class StrategySpec:
                             f"got {self.loss_kernel!r}")
         if self.recompute_early_stop not in ("", "on", "off"):
             raise SpecError("recompute_early_stop", f"must be on or off, got {self.recompute_early_stop!r}")
+        require(self.moe_fused_mlp in (True, False), "moe_fused_mlp", f"must be true or false, got {self.moe_fused_mlp!r}")
         if self.moe_a2a_overlap:
             # megatron-core TransformerConfig.__post_init__ (overlap_moe_expert_parallel_comm)
             require(self.moe_a2a_overlap is True, "moe_a2a_overlap", f"must be true or false, got {self.moe_a2a_overlap!r}")
