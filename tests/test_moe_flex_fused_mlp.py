@@ -101,3 +101,45 @@ def test_runs_loader_reads_cutedsl_fused_grouped_mlp():
     assert cases[row].strategy.moe_fused_mlp and cases[row].strategy.moe_dispatcher == "flex"
     # the H100 row of the same table runs the unfused TEGroupedMLP
     assert not cases["mbridge_perf_2606_qwen3_30b_a3b_h100_16gpu_fp8"].strategy.moe_fused_mlp
+
+
+def test_evaluate_plan_file_and_megatron_export_carry_the_knobs():
+    """`evaluate --moe-dispatcher flex --moe-fused-mlp` costs both; the strategy's plan-file form round-trips; the
+    Megatron export passes --use-transformer-engine-op-fuser and sets the variable TE reads before importing."""
+    import json
+
+    from _plan_docs import QWEN3 as QWEN3_DOC
+    from _plan_docs import plan_doc
+    from typer.testing import CliRunner
+
+    from baige_plan.cli.app import app
+    from baige_plan.exports import megatron
+    from baige_plan.io.plans import _strategy
+    from baige_plan.io.serialize import strategy_dict
+
+    args = ["evaluate", "qwen3-235b-a22b", "gb200:32x8", "--tp", "1", "--pp", "8", "--ep", "32", "--global-batch",
+            "8192", "--precision", "fp8", "--zero", "1", "--recompute", "none", "--account-for-embedding",
+            "--account-for-loss", "--format", "json"]
+    runs = {}
+    for extra in ([], ["--moe-dispatcher", "flex"], ["--moe-dispatcher", "flex", "--moe-fused-mlp"]):
+        r = CliRunner().invoke(app, args + extra)
+        assert r.exit_code == 0, r.output
+        runs[" ".join(extra)] = json.loads(r.stdout)
+    plain, flex, fused = runs[""], runs["--moe-dispatcher flex"], runs["--moe-dispatcher flex --moe-fused-mlp"]
+    assert "moe_dispatcher" not in plain["strategy"] and flex["strategy"]["moe_dispatcher"] == "flex"
+    assert fused["strategy"]["moe_fused_mlp"] is True
+    # EP 32 over 8-GPU nodes: flex sends a token once per remote node; the fused MLP drops memory passes
+    assert fused["step_time_s"] < flex["step_time_s"] < plain["step_time_s"]
+    bad = CliRunner().invoke(app, ["evaluate", "qwen3-235b-a22b", "h100-sxm5-80g:32x8", "--tp", "1", "--pp", "8",
+                                   "--ep", "32", "--global-batch", "8192", "--precision", "fp8", "--moe-fused-mlp",
+                                   "--account-for-embedding", "--account-for-loss"])
+    assert bad.exit_code == 2 and "moe_fused_mlp" in bad.output and "Traceback" not in bad.output
+    s = StrategySpec(dp=8, ep=8, zero=1, moe_dispatcher="flex", moe_fused_mlp=True)
+    assert _strategy(strategy_dict(s, 64)).moe_fused_mlp is True
+    assert "moe_fused_mlp" not in strategy_dict(replace(s, moe_fused_mlp=False), 64)     # plan files unchanged
+    files = {f.name: f.text for f in megatron.export(plan_doc(QWEN3_DOC, "megatron", pp=2, dp=4, ep=4,
+                                                               precision="fp8", moe_fused_mlp=True)).files}
+    assert "--use-transformer-engine-op-fuser" in files["megatron_args.txt"].split()
+    assert "NVTE_CUTEDSL_FUSED_GROUPED_MLP=1" in files["launch.sh"]
+    plain_files = {f.name: f.text for f in megatron.export(plan_doc(QWEN3_DOC, "megatron", pp=2, dp=4, ep=4)).files}
+    assert "--use-transformer-engine-op-fuser" not in plain_files["megatron_args.txt"].split()

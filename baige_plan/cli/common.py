@@ -84,6 +84,12 @@ class Attention(str, Enum):
     standard = "standard"
 
 
+class Dispatcher(str, Enum):
+    alltoall = "alltoall"
+    allgather = "allgather"
+    flex = "flex"
+
+
 # `baige-plan --quiet COMMAND` (cli/app.py sets it on every invocation): no notes and no progress on stderr;
 # errors are still printed
 _QUIET = {"on": False}

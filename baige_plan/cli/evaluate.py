@@ -14,6 +14,7 @@ from baige_plan.cli.common import (
     RECOMPUTE_HELP,
     Attention,
     CatalogOpt,
+    Dispatcher,
     Execution,
     Fmt,
     Precision,
@@ -99,6 +100,14 @@ def evaluate(
                                          help="MoE, Megatron: overlap the EP all-to-alls of one micro-batch with "
                                          "another's compute (--overlap-moe-expert-parallel-comm; Megatron-Bridge "
                                          "moe_a2a_overlap), costed with its measured contention."),
+    moe_dispatcher: Dispatcher = typer.Option(Dispatcher.alltoall, "--moe-dispatcher",
+                                              help="MoE token dispatcher (Megatron --moe-token-dispatcher-type): "
+                                              "alltoall, allgather, or flex (DeepEP / HybridEP: a token crosses a node "
+                                              "once per remote node, permutations inside the exchange)."),
+    moe_fused_mlp: bool = typer.Option(False, "--moe-fused-mlp/--no-moe-fused-mlp",
+                                       help="MoE: Transformer Engine's fused grouped MLP (Megatron "
+                                       "--use-transformer-engine-op-fuser with NVTE_CUTEDSL_FUSED_GROUPED_MLP=1; "
+                                       "Blackwell, MXFP8 / NVFP4 only)."),
     tp_pp_dp_mapping: bool = typer.Option(False, "--tp-pp-dp-mapping/--no-tp-pp-dp-mapping",
                                           help="Megatron: order ranks tp-cp-ep-pp-dp (--use-tp-pp-dp-mapping): a "
                                           "replica's pipeline stages are neighbours, data parallelism strides over "
@@ -168,6 +177,8 @@ def evaluate(
                          account_for_embedding=account_for_embedding, account_for_loss=account_for_loss,
                          pipeline_layout=_layout(pipeline_layout),
                          grad_reduce_bf16=grad_reduce_bf16, moe_a2a_overlap=moe_a2a_overlap,
+                         moe_dispatcher="" if moe_dispatcher is Dispatcher.alltoall else moe_dispatcher.value,
+                         moe_fused_mlp=moe_fused_mlp,
                          tp_pp_dp_mapping=tp_pp_dp_mapping, fsdp_shard=fsdp_shard,
                          distribute_saved_activations=distribute_saved_activations)
         s = pick_runtime(s, m, job, runtime)

@@ -176,6 +176,13 @@ def megatron_args(doc: dict) -> tuple[list[tuple[str, object]], list[str], list[
             # transformer_config.py moe_flex_dispatcher_backend (default deepep); DeepEP is a separate install
             a.append(("--moe-flex-dispatcher-backend", "deepep"))
             notes.append("MoE flex dispatcher: needs DeepEP installed (github.com/deepseek-ai/DeepEP)")
+        if s.get("moe_fused_mlp"):
+            # TransformerConfig.use_transformer_engine_op_fuser (megatron-core >= 0.18: experts.py _make_fused_ops);
+            # TE fuses the experts only with NVTE_CUTEDSL_FUSED_GROUPED_MLP=1 set before it is imported (launch.sh)
+            a.append(("--use-transformer-engine-op-fuser", None))
+            notes.append("MoE fused grouped MLP: needs megatron-core >= 0.18, Transformer Engine with the CuTe-DSL grouped "
+                         "MLP (ops/fused/grouped_mlp.py) and nvidia-cudnn-frontend >= 1.23; launch.sh sets "
+                         "NVTE_CUTEDSL_FUSED_GROUPED_MLP=1")
     notes.append("needs Transformer Engine (--transformer-impl transformer_engine, the default): fused RoPE, "
                  "context parallelism, FP8 and grouped GEMM run through it")
     notes.append(f"data, tokenizer and run length: launch.sh appends them from {DATA_VAR} (--data-path), "
@@ -297,6 +304,8 @@ def _env(s: dict) -> dict[str, str]:
     # TP/CP; launch.sh unsets it for ZeRO-3 plans (_launch_sh)
     if (s["tp"] > 1 or s.get("cp", 1) > 1) and s.get("zero", 0) < 3:
         env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+    if s.get("moe_fused_mlp"):     # read by TE when it registers its fused ops (ops/fused/grouped_mlp.py)
+        env["NVTE_CUTEDSL_FUSED_GROUPED_MLP"] = "1"
     return env
 
 

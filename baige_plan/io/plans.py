@@ -272,7 +272,8 @@ _STRAT_KEYS = {"tp", "pp", "dp", "cp", "ep", "zero", "micro_batch", "global_batc
 _STRAT_OPT = {"etp", "attention", "first_stage_layers", "last_stage_layers", "execution", "runtime",
               "account_for_embedding", "account_for_loss", "grad_reduce_bf16", "attention_kernel", "fp8_recipe",
               "moe_dispatcher", "recompute_early_stop", "loss_kernel", "moe_a2a_overlap", "pipeline_layout",
-              "recompute_modules", "tp_pp_dp_mapping", "fsdp_shard", "distribute_saved_activations"}
+              "recompute_modules", "tp_pp_dp_mapping", "fsdp_shard", "distribute_saved_activations",
+              "moe_fused_mlp"}
 _KNOBS = {"micro_batch", "cp", "ep", "etp", "zero", "vpp", "recompute", "sequence_parallel"}
 
 
@@ -282,7 +283,7 @@ _OPT_INT_FIELDS = ("first_stage_layers", "last_stage_layers", "fsdp_shard")
 _STR_FIELDS = ("recompute", "attention", "execution", "runtime", "attention_kernel", "fp8_recipe", "moe_dispatcher",
                "recompute_early_stop", "loss_kernel", "recompute_modules")
 _BOOL_FIELDS = ("sequence_parallel", "account_for_embedding", "account_for_loss", "grad_reduce_bf16", "moe_a2a_overlap",
-                "tp_pp_dp_mapping", "distribute_saved_activations")
+                "tp_pp_dp_mapping", "distribute_saved_activations", "moe_fused_mlp")
 _SHAPE_INT = ("micro_batch", "cp", "ep", "etp", "zero", "vpp")
 
 

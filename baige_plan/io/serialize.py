@@ -49,6 +49,8 @@ def strategy_dict(s: StrategySpec, global_batch: int) -> dict:
         d["moe_dispatcher"] = s.moe_dispatcher
     if s.moe_a2a_overlap:         # Megatron-core's EP all-to-all overlap (cost/moe.py a2a_overlap_pair_s)
         d["moe_a2a_overlap"] = True
+    if s.moe_fused_mlp:           # Transformer Engine's fused grouped MLP (cost/moe.py fused_grouped_mlp)
+        d["moe_fused_mlp"] = True
     if s.fsdp_shard:              # hybrid sharding (HSDP): the shard group's size (cost/estimate.py dp_traffic)
         d["fsdp_shard"] = s.fsdp_shard
     if s.loss_kernel:             # a cross-entropy kernel other than the runtime's (cost/estimate.py)

@@ -31,6 +31,10 @@ def estimate_tables(e: Estimate, title: str, band: tuple[float, float] | None = 
     strat = (f"tp {s.tp}  pp {s.pp}  dp {s.dp}  cp {s.cp}  ep {s.ep}  etp {s.etp}  zero {s.zero}{hsdp}  "
              f"mb {s.micro_batch}  vpp {s.vpp}  recompute {s.recompute}  sp {'on' if s.sequence_parallel else 'off'}  "
              f"attn {s.attention}")
+    moe = [x for x, on in ((f"dispatcher {s.moe_dispatcher}", bool(s.moe_dispatcher)),
+                           ("EP all-to-all overlap", s.moe_a2a_overlap), ("fused grouped MLP", s.moe_fused_mlp)) if on]
+    if moe:
+        strat += "  " + ", ".join(moe)
     head.add_row("strategy", strat)
     split = split_text(s, e)
     if split:
