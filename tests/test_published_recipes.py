@@ -40,7 +40,8 @@ def row(rid: str, shape=None, params=8030519296, chip="h100-sxm5-80g", family="n
             "cp": cp, "ep": 1, "etp": 1, "vpp": vpp, "micro_batch": mb, "zero": zero, "recompute": recompute,
             "sequence_parallel": tp > 1, "first_stage_layers": None, "last_stage_layers": None,
             "account_for_embedding": False, "account_for_loss": False, "pipeline_layout": None,
-            "recompute_modules": "", "tp_pp_dp_mapping": False, "fsdp_shard": 0, "precision": precision, "seq_len": 8192,
+            "recompute_modules": "", "tp_pp_dp_mapping": False, "fsdp_shard": 0, "moe_dispatcher": "",
+            "moe_a2a_overlap": False, "precision": precision, "seq_len": 8192,
             "global_batch": 512, "runtime": runtime, "measured_step_time_s": step}
     return [vals[k] for k in COLUMNS]
 
@@ -141,6 +142,29 @@ def test_recipe_with_an_explicit_pipeline_layout_adapts():
     assert (s.tp, s.pp, s.vpp, s.ep, s.dp) == (1, 4, 4, 64, 64) and s.recompute_modules == "mla_up_proj"
     r[COLUMNS.index("pipeline_layout")] = None
     assert adapt(index(r)[0], dsv3, 256, job, "megatron") is None
+
+
+def test_moe_recipe_keeps_its_dispatcher_and_a2a_overlap_where_they_apply():
+    """A Megatron-Bridge MoE recipe's flex dispatcher and EP all-to-all overlap stay with its layout; on a layout
+    where Megatron refuses the overlap (pp > 1 without interleaving: TransformerConfig.__post_init__) the recipe still
+    adapts, with the defaults, as before the index carried them."""
+    dsv3 = CAT.model("deepseek-v3")
+    e = dsv3.moe
+    shape = [dsv3.layers, dsv3.hidden, dsv3.heads, dsv3.kv_heads, dsv3.ffn_hidden, dsv3.vocab, e.experts, e.top_k,
+             e.expert_ffn_hidden]
+    r = row("dsv3", shape=shape, params=671_000_000_000, chip="gb200", gpus=256, pp=4, vpp=4)
+    r[COLUMNS.index("ep")] = 64
+    r[COLUMNS.index("pipeline_layout")] = [4] * 15 + [1]
+    r[COLUMNS.index("moe_dispatcher")] = "flex"
+    r[COLUMNS.index("moe_a2a_overlap")] = True
+    job = JobSpec(4096, 4096, "bf16")
+    s = adapt(index(r)[0], dsv3, 256, job, "megatron")
+    assert s is not None and s.moe_dispatcher == "flex" and s.moe_a2a_overlap
+    r[COLUMNS.index("vpp")] = 1
+    r[COLUMNS.index("pipeline_layout")] = None
+    r[COLUMNS.index("first_stage_layers")] = 16      # 16 + 15 + 15 + 15 = 61
+    s = adapt(index(r)[0], dsv3, 256, job, "megatron")
+    assert s is not None and s.first_stage_layers == 16 and s.moe_dispatcher == "" and not s.moe_a2a_overlap
 
 
 def test_bad_index_is_one_error():

@@ -12,8 +12,8 @@ table (one flow list per line, the values in `columns` order) so that it stays s
     columns: [id, source, model, layers, hidden, heads, kv_heads, ffn_hidden, vocab, experts, top_k,
               expert_ffn_hidden, params, chip, family, gpus, gpus_per_node, tp, pp, cp, ep, etp, vpp, micro_batch,
               zero, recompute, sequence_parallel, first_stage_layers, last_stage_layers, account_for_embedding,
-              account_for_loss, pipeline_layout, recompute_modules, tp_pp_dp_mapping, fsdp_shard, precision, seq_len,
-              global_batch, runtime, measured_step_time_s]
+              account_for_loss, pipeline_layout, recompute_modules, tp_pp_dp_mapping, fsdp_shard, moe_dispatcher,
+              moe_a2a_overlap, precision, seq_len, global_batch, runtime, measured_step_time_s]
     rows:
     - ["nemo_perf_2502_gpt3_175b_b200_512gpu_fp8", "nemo_perf_2502", "GPT-3 175B ...", 96, 12288, ...]
 
@@ -22,7 +22,8 @@ table (one flow list per line, the values in `columns` order) so that it stays s
 expert_ffn_hidden 0: a dense model; params: total parameters, cost/params.py; first/last_stage_layers null: not set;
 pipeline_layout: transformer layers per virtual stage, null: not set; recompute_modules: Megatron's beyond core_attn
 under selective recompute, "" none; tp_pp_dp_mapping: Megatron's tp-cp-ep-pp-dp rank order; fsdp_shard: the
-hybrid-sharding group, 0 full sharding; measured_step_time_s null: not published.)
+hybrid-sharding group, 0 full sharding; moe_dispatcher: the MoE token dispatcher as the run's recipe set it, ""
+alltoall; moe_a2a_overlap: Megatron-core's EP all-to-all overlap; measured_step_time_s null: not published.)
 
 The nearest recipe (`candidates`, `nearest`): a recipe is near when it ran on the user's chip family and its
 model has the user's shape (layers, hidden, heads, kv_heads, ffn_hidden, vocab, experts, top_k,
@@ -33,8 +34,9 @@ kept, after); then the closest GPU count (by ratio; the smaller count on equal r
 precision; then the fastest measured (tokens/s per GPU: the recipe worth copying); then the id. The first one
 that adapts is taken (`adapt`): its tp,
 pp, cp, ep, etp, vpp, micro-batch, recompute, ZeRO stage (hybrid sharding's group where it divides the new dp x cp and
-the runtime runs it, else full sharding), sequence parallelism and layer split (first / last stage
-layers, or the explicit pipeline layout: DeepSeek-V3's 61 layers on pp 4 x vpp 4) are kept, dp =
+the runtime runs it, else full sharding), sequence parallelism, layer split (first / last stage
+layers, or the explicit pipeline layout: DeepSeek-V3's 61 layers on pp 4 x vpp 4) and an MoE recipe's dispatcher and EP
+all-to-all overlap (where they apply to the new layout, else the defaults) are kept, dp =
 devices / (tp·pp·cp); a recipe whose tp·pp·cp does not divide the devices, whose batch does not split over
 dp x micro-batch, that the model's shape refuses (heads, layers, experts) or that the runtime does not run is
 skipped. Its estimate is the cost model's on the user's cluster, job and runtime, whether or not it fits.
@@ -66,11 +68,11 @@ PARAMS_RATIO = 2.0      # a model of another shape is near when its parameters a
 SHAPE = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "experts", "top_k", "expert_ffn_hidden")
 LAYOUT = ("tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "zero", "recompute", "sequence_parallel",
           "first_stage_layers", "last_stage_layers", "account_for_embedding", "account_for_loss", "pipeline_layout",
-          "recompute_modules", "tp_pp_dp_mapping", "fsdp_shard")
+          "recompute_modules", "tp_pp_dp_mapping", "fsdp_shard", "moe_dispatcher", "moe_a2a_overlap")
 COLUMNS = ("id", "source", "model", *SHAPE, "params", "chip", "family", "gpus", "gpus_per_node", *LAYOUT,
            "precision", "seq_len", "global_batch", "runtime", "measured_step_time_s")
-_STR = {"id", "source", "model", "chip", "family", "precision", "runtime", "recompute_modules"}
-_BOOL = {"sequence_parallel", "account_for_embedding", "account_for_loss", "tp_pp_dp_mapping"}
+_STR = {"id", "source", "model", "chip", "family", "precision", "runtime", "recompute_modules", "moe_dispatcher"}
+_BOOL = {"sequence_parallel", "account_for_embedding", "account_for_loss", "tp_pp_dp_mapping", "moe_a2a_overlap"}
 _OPT_INT = {"first_stage_layers", "last_stage_layers"}
 _MIN = {"zero": 0, "fsdp_shard": 0, **{k: 0 for k in SHAPE}}   # other integers are >= 1
 
@@ -266,14 +268,18 @@ def adapt(r: Recipe, model: ModelSpec, devices: int, job: JobSpec, runtime: str,
     rt = runtimes.get(runtime)
     # the recipe's hybrid-sharding group where StrategySpec and the runtime take it on these devices, else full
     shards = (r.get("fsdp_shard"), 0) if r.get("fsdp_shard") else (0,)
-    for split, fs in itertools.product(splits, shards):
+    # an MoE recipe's dispatcher and EP all-to-all overlap as it ran them, where they apply here, else the defaults
+    moe_knobs = [{}]
+    if model.moe is not None and (r.get("moe_dispatcher") or r.get("moe_a2a_overlap")):
+        moe_knobs.insert(0, {"moe_dispatcher": r.get("moe_dispatcher"), "moe_a2a_overlap": r.get("moe_a2a_overlap")})
+    for split, fs, moe in itertools.product(splits, shards, moe_knobs):
         try:
             s = StrategySpec(tp=tp, pp=pp, dp=dp, cp=cp, ep=r.get("ep"), etp=r.get("etp"), zero=r.get("zero"),
                              micro_batch=mb, vpp=r.get("vpp"), recompute=r.get("recompute"),
                              sequence_parallel=r.get("sequence_parallel") and tp > 1, attention=attention,
                              recompute_modules=modules,
                              tp_pp_dp_mapping=r.get("tp_pp_dp_mapping") and rt.tp_pp_dp_mapping,
-                             fsdp_shard=fs, **split, **runtimes.knobs(runtime))
+                             fsdp_shard=fs, **split, **moe, **runtimes.knobs(runtime))
             check_strategy(s, model, job, devices)
         except SpecError:
             continue
