@@ -119,7 +119,8 @@ def layout_text(s: dict) -> str:
     parts += [f"{k} {s[k]}" for k in ("cp", "ep", "vpp") if s.get(k, 1) != 1]
     zero = f"{s['zero']} (hybrid, sharded over {s['fsdp_shard']})" if s.get("fsdp_shard") else s["zero"]
     tail = [f"mb {s['micro_batch']}", f"zero {zero}", f"recompute {s['recompute']}"]
-    return " ".join(parts + tail + (["EP all-to-all overlap"] if s.get("moe_a2a_overlap") else [])
+    return " ".join(parts + tail + ([f"dispatcher {s['moe_dispatcher']}"] if s.get("moe_dispatcher") else [])
+                    + (["EP all-to-all overlap"] if s.get("moe_a2a_overlap") else [])
                     + (["rank order tp-pp-dp"] if s.get("tp_pp_dp_mapping") else []))
 
 
