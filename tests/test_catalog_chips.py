@@ -303,3 +303,23 @@ def test_unsigned_exponent_float_is_rejected(tmp_path: Path) -> None:
         text = path.read_text(encoding="utf-8")
         assert "e9," not in text and "e10," not in text
     assert yaml.safe_load("x: 1.0e9")["x"] == "1.0e9"
+
+
+def test_nvl72_domain_note_points_at_the_nvlink_domain():
+    """GB200 / GB300 state their 72-GPU NVLink domain (scaleup.domain_devices, sourced); a cluster written as 4-GPU
+    trays gets a note that inter-tray traffic is costed over the NIC and how to write the domain (the largest
+    divisor of the GPU count up to 72 made of whole trays: 256 GPUs -> 4 x 64); written as domains, no note."""
+    from typer.testing import CliRunner
+
+    from baige_plan.cli.app import app
+    from baige_plan.io.catalog import Catalog
+
+    cat = Catalog.create()
+    assert cat.chip("gb200").scaleup_domain_devices == 72 and cat.chip("gb300").scaleup_domain_devices == 72
+    assert cat.chip("h100-sxm5-80g").scaleup_domain_devices is None
+    args = ["evaluate", "llama3-8b", "", "--global-batch", "256", "--precision", "fp8"]
+    r = CliRunner().invoke(app, [*args[:2], "gb200:64x4", *args[3:]])
+    assert r.exit_code == 0 and "NVLink domains hold 72" in r.stderr and "gb200:4x64" in r.stderr
+    for cl in ("gb200:4x64", "gb200:1x4", "h100-sxm5-80g:32x8"):
+        r = CliRunner().invoke(app, [*args[:2], cl, *args[3:]])
+        assert "NVLink domains" not in r.stderr, cl

@@ -116,6 +116,22 @@ def note(msg: str) -> None:
         print(f"note: {printable(msg)}", file=sys.stderr)
 
 
+def domain_notes(cluster) -> None:
+    """A note per chip group whose nodes are smaller than the chip's NVLink domain (GB200 / GB300 NVL72: 4-GPU trays
+    in 72-GPU domains): the cost model takes the node as the scale-up domain, so TP / EP / CP across trays are
+    costed over the NIC unless the nodes are written as the domain."""
+    for g in cluster.groups:
+        dom = g.chip.scaleup_domain_devices
+        # nodes written as the chip's tray (its devices_per_node), several of them: the user left the domain out
+        if dom and g.devices_per_node <= g.chip.devices_per_node < dom and g.devices > g.devices_per_node:
+            per = max(d for d in range(1, dom + 1) if g.devices % d == 0 and d % g.devices_per_node == 0) \
+                if g.devices >= g.devices_per_node else g.devices_per_node
+            hint = f"{g.chip.id}:{g.devices // per}x{per}" if per > g.devices_per_node else "a topology file"
+            note(f"{g.name}: nodes of {g.devices_per_node} devices, but {g.chip.id} NVLink domains hold {dom}: "
+                 f"traffic between the nodes is costed over the NIC; to plan over the NVLink domain write the nodes "
+                 f"as the domain ({hint}, or devices_per_node up to {dom} in a topology)")
+
+
 # a progress line shows once the work has taken this long (tests set 0 to see every command's line)
 PROGRESS_AFTER_S = 1.0
 

@@ -20,6 +20,7 @@ from baige_plan.cli.common import (
     Precision,
     Recompute,
     RuntimeOpt,
+    domain_notes,
     err,
     fail_input,
     note,
@@ -158,6 +159,7 @@ def evaluate(
         cl, bridged = cat.cluster(cluster)
         if bridged:
             note("shorthand mixes chip families: added a default cpu-forwarding bridge")
+        domain_notes(cl)
         if exclude:   # the nodes left (search/partial.py); excluding a whole group leaves nothing to estimate: exit 2
             from baige_plan.search.partial import parse_exclude, without
             cl = without(cl, parse_exclude(exclude, cl))

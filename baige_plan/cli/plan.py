@@ -18,6 +18,7 @@ from baige_plan.cli.common import (
     Precision,
     Recompute,
     RuntimeOpt,
+    domain_notes,
     err,
     fail_input,
     note,
@@ -140,6 +141,7 @@ def plan(
         cl, bridged = cat.cluster(cluster)
         if bridged:
             note("shorthand mixes chip families: added a default cpu-forwarding bridge")
+        domain_notes(cl)
         if global_batch is None:
             global_batch = cl.devices
             note(f"--global-batch not given: using one sequence per device = {global_batch}")

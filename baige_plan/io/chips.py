@@ -170,7 +170,7 @@ def chip_from_doc(doc: Any, src: str) -> ChipSpec:
         raise InputError(src, "memory.usable_gib.value", f"{usable:g} GiB exceeds memory.capacity_GB {cap:g}: a "
                          "device cannot use more memory than it has")
     su = check_keys(top["scaleup"], src, "scaleup", {"kind", "GBps_per_dir", "devices_per_node"},
-                    {"tech", "p2p_GBps_per_dir"})
+                    {"tech", "p2p_GBps_per_dir", "domain_devices"})
     kind = get_typed(su, "kind", src, "scaleup", (str,))
     if kind not in SCALEUP_KINDS:
         raise InputError(src, "scaleup.kind", f"must be one of {', '.join(SCALEUP_KINDS)}, got {kind!r}")
@@ -188,6 +188,10 @@ def chip_from_doc(doc: Any, src: str) -> ChipSpec:
     kernels = _attention_kernels(meas.get("attention_kernels"), src, cites)
     su_bw = _sourced(su, "GBps_per_dir", src, "scaleup", cites)
     p2p = _sourced(su, "p2p_GBps_per_dir", src, "scaleup", cites, required=False)
+    domain = _sourced(su, "domain_devices", src, "scaleup", cites, required=False)
+    if domain is not None and (domain != int(domain) or domain < (dpn or 1)):
+        raise InputError(src, "scaleup.domain_devices.value", f"must be a whole number of devices no smaller than "
+                         f"devices_per_node ({dpn:g}), got {domain:g}")
     try:
         return ChipSpec(
             id=top["id"], name=top["name"], vendor=top["vendor"], family=top["family"],
@@ -197,6 +201,7 @@ def chip_from_doc(doc: Any, src: str) -> ChipSpec:
             scaleup_GBps=su_bw,
             scaleup_p2p_GBps=p2p if p2p is not None else su_bw,
             scaleup_kind=kind,
+            scaleup_domain_devices=int(domain) if domain is not None else None,
             devices_per_node=int(dpn) if dpn is not None else 8,
             nic_Gbps=_sourced(so, "nic_Gbps_per_device", src, "scaleout", cites),
             pcie_GBps=_sourced(pcie, "GBps_per_dir", src, "pcie", cites, required=False),

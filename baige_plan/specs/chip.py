@@ -96,6 +96,10 @@ class ChipSpec:
     scaleup_latency_us: float | None = None     # per collective step
     nic_latency_us: float | None = None
     flash_efficiency: float | None = None       # fused attention (fwd + bwd) achieved / dense peak
+    # devices one scale-up (NVLink) domain holds when it spans several nodes (GB200 / GB300 NVL72: 72 over 4-GPU
+    # trays); None: the node is the domain. Only the CLI's notes read it: a cluster's devices_per_node says what
+    # the cost model takes as the scale-up domain
+    scaleup_domain_devices: int | None = None
     # fused-attention kernels (fa2 | cudnn | fa3): (forward, backward) fraction of the 16-bit peak as a function
     # of the sequence length one launch attends over (EfficiencyCurve over seq_len instead of FLOPs)
     attention_kernels: dict[str, tuple[EfficiencyCurve, EfficiencyCurve]] = field(default_factory=dict)
