@@ -340,24 +340,19 @@ def moe_layer_terms(model: ModelSpec, s: StrategySpec, r: ChipRates, tokens: flo
         d_f, d_b = torchtitan_route_bytes(model, tokens, s.tp, s.etp)
     else:
         d_f, d_b = moe_dispatch_bytes(model, tokens, s.tp, s.ep, s.etp, r.act_bytes, dispatcher)
-    quant_s = 0.0
     recipe = quant_recipe(s, r.chip, r.dtype) if r.dtype in QUANTIZED_PRECISIONS else ""
-    if fused_grouped_mlp(model, s, r.chip, recipe):
-        # one grouped quantisation of FC1's input (forward) / FC2's output gradient (backward) a pass. The fused path
-        # (Megatron-core >= 0.18, experts.py) still pads each expert's rows with Fp8Padding after an alltoall
-        # dispatcher, not after HybridEP, which pads inside its dispatch (moe_utils.skip_routed_expert_padding)
-        quant_s = QUANT_KERNEL_DEVICE_S
-        if dispatcher != "flex":
-            align = FP4_ROW_ALIGN if r.dtype == "fp4" else FP8_ROW_ALIGN
-            pad = fp8_padding_bytes(model, tokens, s.tp, s.ep, s.etp, r.act_bytes, moe_router(s.runtime), align) * load
-            d_f += pad
-            d_b += pad
-    elif r.dtype in QUANTIZED_PRECISIONS and s.execution != "eager" and s.runtime in TE_GROUPED_MLP_RUNTIMES:
+    te_grouped = r.dtype in QUANTIZED_PRECISIONS and s.execution != "eager" and s.runtime in TE_GROUPED_MLP_RUNTIMES
+    fused = fused_grouped_mlp(model, s, r.chip, recipe)     # implies te_grouped (TE runtime, fused, block-scaled)
+    # TE pads each expert's rows with Fp8Padding; the fused path (Megatron-core >= 0.18, experts.py) still does after
+    # an alltoall dispatcher, not after HybridEP, which pads inside its dispatch (moe_utils.skip_routed_expert_padding)
+    if te_grouped and not (fused and dispatcher == "flex"):
         align = FP4_ROW_ALIGN if r.dtype == "fp4" else FP8_ROW_ALIGN
         pad = fp8_padding_bytes(model, tokens, s.tp, s.ep, s.etp, r.act_bytes, moe_router(s.runtime), align) * load
         d_f += pad
         d_b += pad
-        quant_s = fp8_quant_kernels(model, s, recipe) * QUANT_KERNEL_DEVICE_S
+    # fused: one grouped quantisation of FC1's input (forward) / FC2's output gradient (backward) a pass
+    quant_s = (QUANT_KERNEL_DEVICE_S if fused
+               else fp8_quant_kernels(model, s, recipe) * QUANT_KERNEL_DEVICE_S if te_grouped else 0.0)
     t_ep = moe_dispatch_comm_s(model, tokens, s.tp, s.ep, s.etp, r.act_bytes, ep_link, etp_link, dispatcher,
                                ep_split=ep_split) * load
     extra = 0.0
